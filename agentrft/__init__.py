@@ -1,0 +1,3 @@
+"""agentrft: open, self-hosted Agent Reinforcement Fine-Tuning."""
+
+__version__ = "0.1.0"

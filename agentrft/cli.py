@@ -1,0 +1,110 @@
+"""The `agentrft` command line: each subcommand is one step of the user's path."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from agentrft.errors import AgentRFTError
+
+
+def _run_dir(out: str | None, kind: str, base: str = "runs") -> Path:
+    path = Path(out) if out else Path(base) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def job_environment(job: object) -> Iterator[str | None]:
+    """Start the job's environment server when it names one; yield its base URL."""
+    from agentrft.tools.launch import launch_environment
+
+    env = job.agentrft.environment  # type: ignore[attr-defined]
+    if env is None:
+        yield None
+        return
+    with launch_environment(env.app, job.resolve_path("."), env.host, env.port, env.startup_timeout_s, env.env) as url:  # type: ignore[attr-defined]
+        yield url
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from agentrft.console import console, show_trajectory, summary_table
+    from agentrft.data import load_dataset
+    from agentrft.job import load_job
+    from agentrft.policy.hf import HFPolicy
+    from agentrft.rollout.group import run_groups, sampling_params, settings_from_job
+    from agentrft.rollout.records import summarize, to_record, write_jsonl
+
+    job = load_job(args.job)
+    train = load_dataset(job.training_path)  # both files are checked before any work
+    val = load_dataset(job.validation_path) if job.validation_path else None
+    items = val if args.split == "validation" and val else train
+    if args.split == "validation" and val is None:
+        raise AgentRFTError(f"{args.job}: --split validation needs `validation_file` in the job")
+    items = items[: args.rows] if args.rows else items
+    out = _run_dir(args.out, "rollout", job.agentrft.output_dir if not args.out else ".")
+    console.print(f"[bold]agentrft rollout[/] {args.job}: {len(items)} rows x {args.n} rollouts, model {args.model or job.model}")
+    policy = HFPolicy.load(args.model or job.model, job.agentrft.device, job.agentrft.dtype)
+    with job_environment(job) as base_url:
+        settings = settings_from_job(job, policy, base_url)
+        params = sampling_params(job, temperature=args.temperature)
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("rollouts", total=len(items) * args.n)
+            groups = run_groups(items, args.n, settings, policy, params, on_done=lambda _: progress.advance(task))
+    trajs = [t for g in groups for t in g.trajectories]
+    write_jsonl(out / "rollouts.jsonl", (to_record(t) for t in trajs))
+    for t in trajs[: args.show]:
+        show_trajectory(t)
+    console.print(summary_table(summarize(trajs), title=f"{len(trajs)} rollouts"))
+    console.print(f"wrote {out / 'rollouts.jsonl'}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    root = Path(__file__).resolve().parent.parent
+    job = root / "examples" / "quickstart" / "job.yaml"
+    ns = argparse.Namespace(job=str(job), n=2, split="validation", rows=2, out=args.out, model=None, temperature=None, show=2)
+    return cmd_rollout(ns)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentrft", description="Agent reinforcement fine-tuning: baseline, pre-flight, train, compare, serve.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("rollout", help="run K rollouts per row and write rollouts.jsonl")
+    r.add_argument("job", help="job file (YAML or JSON, OpenAI's reinforcement job shape)")
+    r.add_argument("-n", type=int, default=1, help="rollouts per row (default 1)")
+    r.add_argument("--split", choices=["train", "validation"], default="train")
+    r.add_argument("--rows", type=int, default=None, help="only the first N rows")
+    r.add_argument("--out", default=None, help="output directory (default runs/rollout-TIMESTAMP)")
+    r.add_argument("--model", default=None, help="override the job's model")
+    r.add_argument("--temperature", type=float, default=None)
+    r.add_argument("--show", type=int, default=0, help="print the first N trajectories")
+    r.set_defaults(func=cmd_rollout)
+
+    d = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
+    d.add_argument("--out", default=None)
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except AgentRFTError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Terminal output: summary tables and readable trajectories (rich)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from agentrft.types import Trajectory
+
+console = Console(stderr=False)
+
+_ROLE_STYLE = {"system": "dim", "user": "bold cyan", "assistant": "bold green", "tool": "yellow"}
+
+
+def show_trajectory(traj: Trajectory, reward: float | None = None, max_chars: int = 1200) -> None:
+    title = f"{traj.trace_id}  row {traj.item.index}  stop={traj.stop_reason.value}"
+    if reward is not None:
+        title += f"  reward={reward:.3f}"
+    if traj.discarded:
+        title += f"  DISCARDED: {traj.discarded}"
+    parts: list[Any] = []
+    for m in traj.messages:
+        role = m["role"]
+        body = str(m.get("content") or "")
+        if len(body) > max_chars:
+            body = body[:max_chars] + f" ... [{len(body) - max_chars} more chars]"
+        head = role if role != "tool" else f"tool ({m.get('name', '')})"
+        parts.append(Text(f"[{head}]", style=_ROLE_STYLE.get(role, "")))
+        parts.append(Text(body + "\n"))
+    console.print(Panel(Text.assemble(*[(p.plain + "\n", p.style) for p in parts]), title=title, expand=True))
+
+
+def summary_table(summary: dict[str, Any], title: str = "rollouts") -> Table:
+    t = Table(title=title, show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+
+    def dist(d: dict[str, float], fmt: str = "{:.2f}") -> str:
+        return "  ".join(f"{k} {fmt.format(v)}" for k, v in d.items())
+
+    rows: Sequence[tuple[str, str]] = [
+        ("rollouts (discarded)", f"{summary['rollouts']} ({summary['discarded']})"),
+        *[(f"  reward {k}", f"{v:.3f}" if isinstance(v, float) else str(v)) for k, v in summary.get("reward", {}).items()],
+        ("stop reasons", ", ".join(f"{k}: {v}" for k, v in summary["stop_reasons"].items())),
+        ("tool calls / rollout", dist(summary["tool_calls"])),
+        ("tool calls by tool", ", ".join(f"{k}: {v}" for k, v in summary["tool_calls_per_tool"].items()) or "-"),
+        ("invalid calls / tool errors", f"{summary['invalid_tool_calls']} / {summary['tool_errors']}"),
+        ("turns / rollout", dist(summary["turns"])),
+        ("sampled tokens / rollout", dist(summary["sampled_tokens"], "{:.0f}")),
+        ("tool latency s", dist(summary["tool_latency_s"], "{:.3f}")),
+        ("rollout latency s", dist(summary["latency_s"], "{:.1f}")),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t

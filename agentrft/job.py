@@ -1,0 +1,226 @@
+"""The job spec: OpenAI's reinforcement fine-tuning job JSON, plus one `agentrft:` key.
+
+An OpenAI Agent RFT job file loads unchanged. Everything agentrft adds (task-design knobs,
+LoRA, loss, sampling, the environment server to launch) lives under `agentrft`. Every
+model here forbids unknown keys, so a typo fails at load time with the file, the field and
+the fix, before any work starts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from agentrft.errors import ConfigError
+
+Auto = Literal["auto"]
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Hyperparameters(_Strict):
+    """OpenAI's reinforcement hyperparameters; each is a number or "auto"."""
+
+    batch_size: int | Auto = "auto"
+    n_epochs: int | Auto = "auto"
+    learning_rate_multiplier: float | Auto = "auto"
+    eval_interval: int | Auto = "auto"
+    eval_samples: int | Auto = "auto"
+    compute_multiplier: float | Auto = "auto"
+    reasoning_effort: Literal["default", "low", "medium", "high"] | Auto = "auto"
+
+
+class ToolSpec(_Strict):
+    """A tool: an HTTP endpoint (`server_url`) or, as agentrft's addition, an in-process
+    Python callable (`function: "module:callable"`)."""
+
+    type: Literal["function"] = "function"
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+    server_url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    function: str | None = None
+    timeout_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_backend(self) -> ToolSpec:
+        if (self.server_url is None) == (self.function is None):
+            raise ValueError(
+                f"tool {self.name!r} needs exactly one of `server_url` (an HTTP endpoint) "
+                "or `function` (\"module:callable\", in process)"
+            )
+        if self.function is not None and ":" not in self.function:
+            raise ValueError(f"tool {self.name!r}: `function` must look like \"package.module:callable\"")
+        try:
+            jsonschema.Draft202012Validator.check_schema(self.parameters)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"tool {self.name!r}: `parameters` is not a valid JSON schema: {exc.message}") from None
+        return self
+
+
+class Reinforcement(_Strict):
+    grader: dict[str, Any]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_episode_steps: int | None = Field(default=None, ge=1)
+    hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
+    response_format: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> Reinforcement:
+        names = [t.name for t in self.tools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tool names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+
+class Method(_Strict):
+    type: Literal["reinforcement"]
+    reinforcement: Reinforcement
+
+
+class Environment(_Strict):
+    """An environment server agentrft starts for the run and stops afterwards.
+    Tools whose `server_url` is a bare path ("/tools/grep") are resolved against it."""
+
+    app: str  # "package.module:app", an ASGI app (see agentrft.tools.envkit)
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)  # 0: pick a free port
+    startup_timeout_s: float = 60.0
+    env: dict[str, str] = Field(default_factory=dict)  # extra environment variables for it
+
+
+class Sampling(_Strict):
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens_per_turn: int = Field(default=256, ge=1)
+    max_tokens_per_episode: int = Field(default=1024, ge=1)  # sampled tokens over all turns
+    context_window: int | None = Field(default=None, ge=64)  # default: the model's own
+    stop: list[str] = Field(default_factory=list)  # e.g. ["</tool_call>"]: one call per reply
+
+
+class Lora(_Strict):
+    rank: int = Field(default=16, ge=1)
+    alpha: float = 32.0
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+class Extension(_Strict):
+    """agentrft's own settings, under the job's `agentrft:` key."""
+
+    # task design: what a small model needs before RL can find any signal
+    system_prompt: str | None = None
+    few_shot_messages: list[dict[str, Any]] = Field(default_factory=list)
+    prefill: str | None = None  # fixed start of the model's reply, e.g. "<tool_call>"
+    prefill_turns: Literal["first", "all"] = "first"  # which replies get it
+    # rollouts
+    sampling: Sampling = Field(default_factory=Sampling)
+    group_size: int | None = Field(default=None, ge=1)  # overrides compute_multiplier
+    max_tool_calls: int | None = Field(default=None, ge=0)  # stop a rollout past this many calls
+    tool_timeout_s: float = Field(default=30.0, gt=0)
+    tool_retries: int = Field(default=3, ge=0)
+    tool_backoff_s: float = Field(default=0.5, ge=0)
+    environment: Environment | None = None
+    # model and compute
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["fp32", "bf16"] = "bf16"
+    output_dir: str = "runs"
+
+
+class Job(_Strict):
+    model: str = DEFAULT_MODEL
+    training_file: str
+    validation_file: str | None = None
+    seed: int = 0
+    suffix: str | None = Field(default=None, max_length=64)
+    method: Method
+    metadata: dict[str, str] | None = None
+    integrations: list[dict[str, Any]] | None = None  # accepted for compatibility, unused
+    agentrft: Extension = Field(default_factory=Extension)
+
+    _base_dir: Path = PrivateAttr(default=Path("."))
+    _source: str = PrivateAttr(default="<job>")
+
+    @property
+    def rl(self) -> Reinforcement:
+        return self.method.reinforcement
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def resolve_path(self, path: str) -> Path:
+        """Dataset and other paths in a job are relative to the job file."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (self._base_dir / p)
+
+    @property
+    def training_path(self) -> Path:
+        return self.resolve_path(self.training_file)
+
+    @property
+    def validation_path(self) -> Path | None:
+        return self.resolve_path(self.validation_file) if self.validation_file else None
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _fix_for(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    loc = err["loc"]
+    if kind == "extra_forbidden":
+        if len(loc) == 1:
+            return "remove it; agentrft's own settings go under the `agentrft:` key"
+        return "remove it or check its spelling"
+    if kind == "missing":
+        return "add this field"
+    if kind.startswith("literal_error"):
+        return "use one of the values listed"
+    return "correct the value"
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    lines = [f"{source}: invalid job ({exc.error_count()} problem{'s' if exc.error_count() > 1 else ''})"]
+    for err in exc.errors():
+        lines.append(f"  - field `{_field_path(err['loc'])}`: {err['msg']} -> {_fix_for(dict(err))}")
+    return "\n".join(lines)
+
+
+def job_from_dict(data: Any, source: str = "<job>", base_dir: Path | None = None) -> Job:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a job must be a mapping with `training_file` and `method`, got {type(data).__name__}")
+    try:
+        job = Job.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc)) from None
+    job._base_dir = base_dir or Path(".")
+    job._source = source
+    return job
+
+
+def load_job(path: str | Path) -> Job:
+    """Load a job from YAML or JSON (same keys). Raises ConfigError naming file and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: job file not found")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    return job_from_dict(data, source=str(path), base_dir=path.resolve().parent)

@@ -1,0 +1,47 @@
+"""The policy plug point: something that continues token sequences and reports log-probs.
+
+The rollout engine only needs `sample`; the trainer additionally uses the HF backend's model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int | None = None
+    stop: tuple[str, ...] = ()  # stop strings (the text that ends a reply early), kept in the output
+
+
+@dataclass(frozen=True)
+class Completion:
+    tokens: tuple[int, ...]  # sampled ids, the stop token included when one was produced
+    logprobs: tuple[float, ...]  # log p(token) under the sampling distribution (after temperature)
+    finish_reason: Literal["stop", "length"]
+    stop_text: str = ""  # the stop string matched; "" when a stop token ended the reply (or none did)
+
+    @property
+    def ended_by_stop_token(self) -> bool:
+        return self.finish_reason == "stop" and not self.stop_text
+
+
+@runtime_checkable
+class Policy(Protocol):
+    tokenizer: Any
+    stop_token_ids: frozenset[int]
+    context_window: int
+
+    def sample(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        max_tokens: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        """Continue each prompt (token ids). `max_tokens` optionally caps each row separately."""
+        ...

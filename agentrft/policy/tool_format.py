@@ -1,0 +1,125 @@
+"""How tools are shown to the model and how its calls are read back.
+
+Models whose chat template takes `tools=` get the schemas through it. Others (SmolLM2's
+template ignores tools) get agentrft's format: the schemas in the system prompt and calls
+written as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one or more per
+reply (the Hermes/Qwen convention, so both paths parse the same way).
+
+The parser never raises and never drops anything: each attempted call becomes either a
+valid `ToolCall` or one carrying an `error` that is shown to the model as the tool output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from agentrft.types import ToolCall
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
+CALL_SYNTAX = '<tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>'
+
+
+def tool_schema(spec: Any) -> dict[str, Any]:
+    """OpenAI function-tool shape, as chat templates and OpenAI-compatible servers expect."""
+    return {
+        "type": "function",
+        "function": {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
+    }
+
+
+def template_supports_tools(tokenizer: Any) -> bool:
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return isinstance(template, str) and "tools" in template
+
+
+def tools_system_prompt(specs: Sequence[Any]) -> str:
+    """agentrft's tool block, appended to the system prompt for templates without tools."""
+    lines = [
+        "# Tools",
+        "You can call tools. To call one, write exactly:",
+        CALL_SYNTAX,
+        "You may write several calls in one reply. Each result comes back in a tool message. "
+        "When you have the final answer, reply without any tool call.",
+        "",
+        "Available tools:",
+    ]
+    for spec in specs:
+        lines.append(json.dumps({"name": spec.name, "description": spec.description, "parameters": spec.parameters}))
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    calls: tuple[ToolCall, ...]  # every attempted call, valid or not, in order
+    text: str  # the reply with tool-call blocks removed (reasoning or final answer)
+
+    @property
+    def is_final(self) -> bool:
+        return not self.calls
+
+
+def _new_ids() -> tuple[str, str]:
+    h = uuid.uuid4().hex
+    return f"fc_{h[:24]}", f"call_{h[8:32]}"
+
+
+def _invalid(name: str, raw: str, why: str) -> ToolCall:
+    fc, call = _new_ids()
+    return ToolCall(id=fc, call_id=call, name=name, arguments=raw, error=why)
+
+
+def parse_call(raw: str, schemas: Mapping[str, Mapping[str, Any]]) -> ToolCall:
+    """Read one `<tool_call>` body. `schemas` maps tool name -> JSON schema of its arguments."""
+    body = raw.strip()
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError as exc:
+        return _invalid("", body, f"the tool call is not valid JSON ({exc.msg} at column {exc.colno}). Write it as {CALL_SYNTAX}")
+    except RecursionError:
+        return _invalid("", body[:200], f"the tool call is nested too deeply to read. Write it as {CALL_SYNTAX}")
+    if not isinstance(obj, dict):
+        return _invalid("", body, f"the tool call must be a JSON object. Write it as {CALL_SYNTAX}")
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return _invalid("", body, f'the tool call has no "name". Write it as {CALL_SYNTAX}')
+    if name not in schemas:
+        known = ", ".join(sorted(schemas)) or "(none)"
+        return _invalid(name, body, f"unknown tool {name!r}. Available tools: {known}")
+    args = obj.get("arguments", {})
+    if isinstance(args, str):  # OpenAI style: arguments as a JSON string
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            return _invalid(name, body, f"the arguments of {name!r} are not valid JSON ({exc.msg})")
+    if not isinstance(args, dict):
+        return _invalid(name, body, f'"arguments" of {name!r} must be a JSON object')
+    extra = set(obj) - {"name", "arguments"}
+    if extra:
+        return _invalid(name, body, f"unexpected key(s) {sorted(extra)} in the tool call. Write it as {CALL_SYNTAX}")
+    try:
+        jsonschema.validate(args, dict(schemas[name]))
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
+        return _invalid(name, body, f"invalid arguments for {name!r} at {where}: {exc.message}")
+    fc, call = _new_ids()
+    return ToolCall(id=fc, call_id=call, name=name, arguments=json.dumps(args, ensure_ascii=False))
+
+
+def parse_reply(text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParsedReply:
+    """Split a reply into tool calls and plain text. An unterminated final `<tool_call>` is
+    still read (the model may stop right after the JSON); a stray `</tool_call>` with no
+    opening tag counts as a malformed call, so the model learns it was not executed."""
+    calls = [parse_call(m.group(1), schemas) for m in _BLOCK.finditer(text)]
+    plain = _BLOCK.sub("", text)
+    if CLOSE in plain:
+        calls.append(_invalid("", plain.strip()[:200], f"found {CLOSE} without a matching {OPEN}. Write it as {CALL_SYNTAX}"))
+        plain = plain.replace(CLOSE, "")
+    return ParsedReply(tuple(calls), plain.strip())

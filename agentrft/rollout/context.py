@@ -1,0 +1,127 @@
+"""Token-in, token-out: the context of one conversation, built by appending, never re-tokenized.
+
+The prompt is rendered once with the chat template. After each assistant reply, only the
+*new* text (the template's glue and the tool messages) is rendered and tokenized, and its
+tokens are appended. The model's sampled tokens stay exactly as sampled, so the log-probs
+recorded at sampling time line up with the tokens the trainer scores.
+
+How the new text is found, for any prefix-stable chat template: render the conversation
+with and without the new messages; the difference is what comes next. The template's
+closing of the assistant turn (e.g. `<|im_end|>\n`) is found with a sentinel reply; the
+part the model already sampled (its stop token) is not inserted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrft.errors import ConfigError
+from agentrft.policy.tool_format import template_supports_tools, tool_schema, tools_system_prompt
+from agentrft.types import Item, Origin
+
+_SENTINEL = "@@agentrft-reply-end@@"
+
+
+@dataclass
+class Context:
+    """The growing, aligned record of one rollout's context."""
+
+    tokens: list[int] = field(default_factory=list)
+    origins: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def insert(self, tokens: Sequence[int], origins: Sequence[int]) -> None:
+        self.tokens.extend(tokens)
+        self.origins.extend(origins)
+        self.logprobs.extend([0.0] * len(tokens))
+
+    def sampled(self, tokens: Sequence[int], logprobs: Sequence[float]) -> None:
+        self.tokens.extend(tokens)
+        self.origins.extend([Origin.SAMPLED] * len(tokens))
+        self.logprobs.extend(logprobs)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class ChatRenderer:
+    """Renders prompts and inter-turn glue for one tokenizer and tool set. Picklable."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        tool_specs: Sequence[Any] = (),
+        system_prompt: str | None = None,
+        few_shot_messages: Sequence[Mapping[str, Any]] = (),
+        native_tools: bool | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.tool_specs = list(tool_specs)
+        self.system_prompt = system_prompt
+        self.few_shot = [dict(m) for m in few_shot_messages]
+        self.native_tools = template_supports_tools(tokenizer) if native_tools is None else native_tools
+        if not getattr(tokenizer, "chat_template", None):
+            raise ConfigError("the model's tokenizer has no chat template; agentrft needs one to render conversations")
+
+    # -- rendering -----------------------------------------------------------------------
+    def _render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
+        kwargs: dict[str, Any] = {}
+        if self.native_tools and self.tool_specs:
+            kwargs["tools"] = [tool_schema(s) for s in self.tool_specs]
+        plain = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
+        return str(self.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs))
+
+    def _encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+    def prompt_messages(self, item: Item) -> list[dict[str, Any]]:
+        """System prompt (job text + the row's own + tool block), few-shot turns, the row."""
+        rows = [dict(m) for m in item.messages]
+        parts = [self.system_prompt] if self.system_prompt else []
+        if rows and rows[0]["role"] in ("system", "developer"):
+            parts.append(rows.pop(0)["content"])
+        if self.tool_specs and not self.native_tools:
+            parts.append(tools_system_prompt(self.tool_specs))
+        system = [{"role": "system", "content": "\n\n".join(p for p in parts if p)}] if parts else []
+        return system + self.few_shot + rows
+
+    def initial(self, item: Item) -> tuple[list[dict[str, Any]], Context]:
+        messages = self.prompt_messages(item)
+        ids, _ = self._encode(self._render(messages, add_generation_prompt=True))
+        ctx = Context()
+        ctx.insert(ids, [Origin.PROMPT] * len(ids))
+        return messages, ctx
+
+    def prefill_tokens(self, prefill: str) -> list[int]:
+        return self._encode(prefill)[0]
+
+    def continuation(self, messages: Sequence[Mapping[str, Any]], new_messages: Sequence[Mapping[str, Any]], sampled_stop_text: str) -> tuple[list[int], list[int]]:
+        """Tokens to append after the last assistant reply in `messages` (which must be the
+        last message), given the tool messages that follow it and the text of the stop token
+        the model already sampled ("" if none). Returns (tokens, origins)."""
+        before = self._render(messages, add_generation_prompt=False)
+        after = self._render([*messages, *new_messages], add_generation_prompt=True)
+        if not after.startswith(before):
+            raise ConfigError("the chat template is not prefix-stable (adding messages rewrites earlier ones); token-in/token-out rollouts need a template that only appends")
+        closing = self._render([*messages[:-1], {"role": "assistant", "content": _SENTINEL}], add_generation_prompt=False)
+        closing = closing[closing.rfind(_SENTINEL) + len(_SENTINEL):]
+        if sampled_stop_text and closing.startswith(sampled_stop_text):
+            closing = closing[len(sampled_stop_text):]
+        delta = after[len(before):]
+        text = closing + delta
+        # character spans that hold tool output, to label those tokens TOOL_OUTPUT
+        spans, cursor = [], len(closing)
+        for m in new_messages:
+            content = m.get("content") or ""
+            if not content:
+                continue
+            at = text.find(content, cursor)
+            if at >= 0:
+                spans.append((at, at + len(content)))
+                cursor = at + len(content)
+        ids, offsets = self._encode(text)
+        origins = [Origin.TOOL_OUTPUT if any(a <= s < b for a, b in spans) else Origin.TEMPLATE for s, _ in offsets]
+        return ids, [int(o) for o in origins]

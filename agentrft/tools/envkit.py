@@ -1,0 +1,277 @@
+"""Environment-server kit: host your tools (and an endpoint grader) over HTTP with
+per-rollout state, speaking the OpenAI Agent RFT wire contract.
+
+    env = ToolServer("files")
+
+    @env.on_start                      # once per trace_id, before its first call
+    def start(ctx): ctx.state["dir"] = make_workspace(ctx.item)
+
+    @env.tool(description="Search files", parameters={...})
+    def grep(ctx, pattern: str) -> str: ...
+
+    @env.grader                        # POST /grade {sample, item, trace_id} -> {score}
+    def grade(ctx, sample, item) -> float: ...
+
+    @env.on_cleanup                    # after grading, on POST /cleanup, or when idle too long
+    def cleanup(ctx): shutil.rmtree(ctx.state["dir"])
+
+    app = env.app                      # any ASGI server; `agentrft` can launch it for a job
+
+Routes: POST /tools/{name}, POST /grade, POST /cleanup, GET /tools, GET /health.
+Raise `ToolInputError` for a 4xx (shown to the model); any other exception is a 500, which
+agentrft retries and then discards the rollout. Bodies over 1 MiB get 413.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+
+from agentrft.tools.http import MAX_PAYLOAD_BYTES
+from agentrft.tools.python import ToolInputError
+
+
+@dataclass
+class TraceContext:
+    """Everything a tool knows about the rollout it serves. `state` is yours."""
+
+    trace_id: str
+    item: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    calls: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    started: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+@dataclass(frozen=True)
+class _ToolEntry:
+    fn: Callable[..., Any]
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolServer:
+    def __init__(self, name: str = "agentrft-env", *, cleanup_after_grade: bool = True, idle_ttl_s: float = 3600.0) -> None:
+        self.name = name
+        self.cleanup_after_grade = cleanup_after_grade
+        self.idle_ttl_s = idle_ttl_s
+        self._tools: dict[str, _ToolEntry] = {}
+        self._grader: Callable[..., Any] | None = None
+        self._on_start: Callable[[TraceContext], Any] | None = None
+        self._on_cleanup: Callable[[TraceContext], Any] | None = None
+        self._traces: dict[str, TraceContext] = {}
+        self._lock = threading.Lock()
+        self._app: Any = None
+
+    # -- registration ---------------------------------------------------------------
+    def tool(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None, parameters: dict[str, Any] | None = None) -> Any:
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            tool_name = name or f.__name__
+            self._tools[tool_name] = _ToolEntry(
+                f, tool_name, description if description is not None else (inspect.getdoc(f) or ""),
+                parameters or {"type": "object", "properties": {}},
+            )
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def grader(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        self._grader = fn
+        return fn
+
+    def on_start(self, fn: Callable[[TraceContext], Any]) -> Callable[[TraceContext], Any]:
+        self._on_start = fn
+        return fn
+
+    def on_cleanup(self, fn: Callable[[TraceContext], Any]) -> Callable[[TraceContext], Any]:
+        self._on_cleanup = fn
+        return fn
+
+    def tool_specs(self, base_url: str = "", headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """The `tools` entries of a job for this server."""
+        return [
+            {"name": t.name, "description": t.description, "parameters": t.parameters,
+             "server_url": f"{base_url.rstrip('/')}/tools/{t.name}", "headers": dict(headers or {})}
+            for t in self._tools.values()
+        ]
+
+    # -- per-trace state ----------------------------------------------------------------
+    @property
+    def active_traces(self) -> list[str]:
+        with self._lock:
+            return list(self._traces)
+
+    def _context(self, trace_id: str, item: dict[str, Any], headers: dict[str, str]) -> TraceContext:
+        self._sweep()
+        with self._lock:
+            ctx = self._traces.get(trace_id)
+            if ctx is None:
+                ctx = self._traces[trace_id] = TraceContext(trace_id, item, headers)
+        with ctx.lock:  # concurrent first calls of one trace wait for a single on_start
+            if not ctx.started:
+                if self._on_start is not None:
+                    self._on_start(ctx)
+                ctx.started = True
+        ctx.last_used = time.monotonic()
+        return ctx
+
+    def cleanup(self, trace_id: str) -> bool:
+        with self._lock:
+            ctx = self._traces.pop(trace_id, None)
+        if ctx is None:
+            return False
+        if self._on_cleanup is not None and ctx.started:
+            with ctx.lock:
+                self._on_cleanup(ctx)
+        return True
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            stale = [t for t, c in self._traces.items() if now - c.last_used > self.idle_ttl_s]
+        for trace_id in stale:
+            self.cleanup(trace_id)
+
+    # -- HTTP -----------------------------------------------------------------------------
+    @property
+    def app(self) -> Any:
+        if self._app is None:
+            self._app = self._build_app()
+        return self._app
+
+    def _build_app(self) -> Any:
+        app = FastAPI(title=self.name)
+
+        async def read_json(request: Request) -> Any:
+            declared = request.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > MAX_PAYLOAD_BYTES:
+                raise _TooLarge()
+            body = b""
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_PAYLOAD_BYTES:
+                    raise _TooLarge()
+            return json.loads(body)
+
+        @app.exception_handler(_TooLarge)
+        async def too_large(request: Request, exc: _TooLarge) -> PlainTextResponse:
+            return PlainTextResponse("payload over 1 MiB refused", status_code=413)
+
+        @app.get("/health")
+        async def health() -> dict[str, Any]:
+            return {"ok": True, "tools": list(self._tools), "active_traces": len(self._traces)}
+
+        @app.get("/tools")
+        async def list_tools(request: Request) -> list[dict[str, Any]]:
+            return self.tool_specs(str(request.base_url))
+
+        @app.post("/tools/{name}")
+        async def call_tool(name: str, request: Request) -> Any:
+            try:
+                req = await read_json(request)
+            except json.JSONDecodeError:
+                return PlainTextResponse("request body is not JSON", status_code=400)
+            entry = self._tools.get(name)
+            if entry is None:
+                return PlainTextResponse(f"unknown tool {name!r}; this server has {sorted(self._tools)}", status_code=404)
+            try:
+                args = json.loads(req.get("arguments") or "{}")
+                if not isinstance(args, dict):
+                    raise ValueError
+            except (ValueError, TypeError):
+                return PlainTextResponse("`arguments` must be a JSON object encoded as a string", status_code=400)
+            trace_id = str(req.get("trace_id") or "")
+            if not trace_id:
+                return PlainTextResponse("missing trace_id", status_code=400)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+
+            def run() -> Any:
+                ctx = self._context(trace_id, req.get("item") or {}, headers)
+                ctx.calls += 1
+                return entry.fn(ctx, **args)
+
+            try:
+                out = await run_in_threadpool(run)
+                if inspect.isawaitable(out):
+                    out = await out
+            except ToolInputError as exc:
+                return PlainTextResponse(str(exc), status_code=400)
+            except TypeError as exc:  # wrong/missing arguments for the function
+                if "argument" in str(exc):
+                    return PlainTextResponse(f"bad arguments for {name!r}: {exc}", status_code=400)
+                raise
+            text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
+            return JSONResponse({"type": "function_call_output", "call_id": req.get("call_id"), "id": req.get("id"), "output": text})
+
+        @app.post("/grade")
+        async def grade(request: Request) -> Any:
+            if self._grader is None:
+                return PlainTextResponse("this server has no grader", status_code=404)
+            req = await read_json(request)
+            trace_id = str(req.get("trace_id") or "")
+            headers = {k.lower(): v for k, v in request.headers.items()}
+
+            def run() -> Any:
+                ctx = self._context(trace_id, req.get("item") or {}, headers)
+                try:
+                    return self._grader(ctx, req.get("sample") or {}, req.get("item") or {})  # type: ignore[misc]
+                finally:
+                    if self.cleanup_after_grade:
+                        self.cleanup(trace_id)
+
+            out = await run_in_threadpool(run)
+            return out if isinstance(out, dict) else {"score": float(out)}
+
+        @app.post("/cleanup")
+        async def cleanup(request: Request) -> dict[str, Any]:
+            req = await read_json(request)
+            removed = await run_in_threadpool(self.cleanup, str(req.get("trace_id") or ""))
+            return {"removed": removed}
+
+        return app
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run an ASGI app on loopback in a background thread; yields its base URL and stops it
+    on exit. For tests and notebooks; `agentrft` runs job environments as subprocesses."""
+    import uvicorn
+
+    port = port or free_port(host)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"server on {host}:{port} did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
