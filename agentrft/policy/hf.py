@@ -104,10 +104,10 @@ class HFPolicy:
         tail = max((len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
         step_ids, step_pos = ids, positions
         with self.autocast():
-            for t in range(max(limits)):
+            for _ in range(max(limits)):
                 logits = self.model(
                     input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                    past_key_values=cache, use_cache=True, logits_to_keep=1,
+                    cache=cache, use_cache=True, logits_to_keep=1,
                 ).logits[:, -1, :].float()
                 tok, logp = _choose(logits, params, gen)
                 tok = torch.where(done, torch.full_like(tok, self.pad_token_id), tok)

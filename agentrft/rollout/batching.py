@@ -8,6 +8,7 @@ one batched `policy.sample` in a thread, so HTTP tool calls keep running meanwhi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -83,8 +84,6 @@ class BatchedSampler:
     async def aclose(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
-            except (asyncio.CancelledError, Exception):
-                pass
             self._worker = None

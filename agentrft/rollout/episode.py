@@ -66,7 +66,6 @@ async def _run_call(call: ToolCall, tools: Mapping[str, Tool], trace_id: str, it
 async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, trace_id: str | None = None) -> Trajectory:
     trace_id = trace_id or new_trace_id()
     renderer, tok = settings.renderer, settings.renderer.tokenizer
-    stop_ids = sampler.policy.stop_token_ids
     messages, ctx = renderer.initial(item)
     first_prefill = item.prefill if item.prefill is not None else settings.prefill
     first_ids = renderer.prefill_tokens(first_prefill) if first_prefill else []
