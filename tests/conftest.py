@@ -48,7 +48,7 @@ class ScriptedPolicy:
             return self.replies(text, turn)
         return self.replies[min(turn, len(self.replies) - 1)]
 
-    def sample(self, prompts, params: SamplingParams, max_tokens=None) -> list[Completion]:
+    def sample(self, prompts, params: SamplingParams, max_tokens=None, seeds=None) -> list[Completion]:
         out = []
         for i, p in enumerate(prompts):
             self.prompts.append(list(p))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,18 +32,18 @@ class BatchedSampler:
         self.max_batch = max_batch
         self.gather_s = gather_s
         self.stats = SamplerStats()
-        self._queue: list[tuple[Sequence[int], int, asyncio.Future[Completion]]] = []
+        self._queue: list[tuple[Sequence[int], int, int | None, asyncio.Future[Completion]]] = []
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
-        self._seed = params.seed
 
-    async def sample(self, tokens: Sequence[int], max_new: int) -> Completion:
+    async def sample(self, tokens: Sequence[int], max_new: int, seed: int | None = None) -> Completion:
+        """Queue one prompt; `seed` fixes this request's random stream (see Policy.sample)."""
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
             self._worker = loop.create_task(self._run())
         fut: asyncio.Future[Completion] = loop.create_future()
-        self._queue.append((tokens, max_new, fut))
+        self._queue.append((tokens, max_new, seed, fut))
         assert self._wake is not None
         self._wake.set()
         return await fut
@@ -57,18 +56,17 @@ class BatchedSampler:
             self._wake.clear()
             while self._queue:
                 batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch:]
-                params = self.params
-                if self._seed is not None:  # a new, reproducible seed per batch
-                    params = dataclasses.replace(params, seed=self._seed + self.stats.batches)
+                seeds = [b[2] for b in batch]
+                row_seeds = None if any(s is None for s in seeds) else seeds
                 t0 = time.perf_counter()
                 try:
-                    out = await asyncio.to_thread(self.policy.sample, [b[0] for b in batch], params, [b[1] for b in batch])
+                    out = await asyncio.to_thread(self.policy.sample, [b[0] for b in batch], self.params, [b[1] for b in batch], row_seeds)
                 except asyncio.CancelledError:
-                    for _, _, fut in batch:
+                    for *_, fut in batch:
                         fut.cancel()
                     raise
                 except Exception as exc:  # a sampling failure fails the waiting rollouts, loudly
-                    for _, _, fut in batch:
+                    for *_, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
@@ -76,7 +74,7 @@ class BatchedSampler:
                 self.stats.batches += 1
                 self.stats.rows += len(batch)
                 self.stats.batch_sizes.append(len(batch))
-                for (_, _, fut), completion in zip(batch, out, strict=True):
+                for (*_, fut), completion in zip(batch, out, strict=True):
                     self.stats.sampled_tokens += len(completion.tokens)
                     if not fut.done():
                         fut.set_result(completion)

@@ -63,7 +63,9 @@ async def _run_call(call: ToolCall, tools: Mapping[str, Tool], trace_id: str, it
     return await tools[call.name](call, trace_id, item, client)
 
 
-async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, trace_id: str | None = None) -> Trajectory:
+async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, trace_id: str | None = None, seed: int | None = None) -> Trajectory:
+    """Run one rollout to its end. `seed` makes its samples reproducible whatever else is
+    batched with them (each reply draws from `seed + turn`)."""
     trace_id = trace_id or new_trace_id()
     renderer, tok = settings.renderer, settings.renderer.tokenizer
     messages, ctx = renderer.initial(item)
@@ -90,7 +92,7 @@ async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSam
             break
         max_new = min(settings.max_tokens_per_turn, room, budget)
         t0 = time.perf_counter()
-        completion = await sampler.sample(list(ctx.tokens), max_new)
+        completion = await sampler.sample(list(ctx.tokens), max_new, None if seed is None else seed + 7919 * len(turns))
         sample_s = time.perf_counter() - t0
         timings["sample_s"] += sample_s
         ctx.sampled(completion.tokens, completion.logprobs)

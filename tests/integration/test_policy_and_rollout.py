@@ -54,6 +54,24 @@ def test_seed_makes_sampling_reproducible_and_limits_are_per_row(policy):
     b = policy.sample(ps, SamplingParams(temperature=1.0, max_tokens=12, seed=11), max_tokens=[5, 12])
     assert a == b
     assert len(a[0].tokens) <= 5 and len(a[1].tokens) <= 12
+    # a row's sample with its own seed does not depend on its batch-mates
+    params = SamplingParams(temperature=1.0, max_tokens=10)
+    alone = policy.sample(ps[1:], params, seeds=[99])[0]
+    together = policy.sample([ps[0], ps[1], ps[0]], params, seeds=[1, 99, 2])[1]
+    assert alone.tokens == together.tokens
+
+
+def test_gumbel_sampling_follows_the_distribution(policy):
+    """Empirical frequencies of the first sampled token match softmax(logits / T)."""
+    (p,) = prompts(policy, ["Pick a random word."])
+    with torch.no_grad():
+        logits = policy.model(torch.tensor([p])).logits[0, -1].float()
+    probs = torch.softmax(logits / 1.5, -1)
+    n = 600
+    out = policy.sample([p] * n, SamplingParams(temperature=1.5, max_tokens=1), seeds=list(range(n)))
+    counts = torch.bincount(torch.tensor([c.tokens[0] for c in out]), minlength=probs.numel()).float() / n
+    top = probs.topk(3).indices
+    assert torch.allclose(counts[top], probs[top], atol=0.06), (counts[top], probs[top])
 
 
 def test_stop_strings_end_a_reply(policy):
@@ -76,9 +94,9 @@ def test_real_rollout_against_the_quickstart_server(policy, tmp_path):
     seen: list[list[int]] = []
     real_sample = policy.sample
 
-    def recording_sample(ps, params, max_tokens=None):
+    def recording_sample(ps, params, max_tokens=None, seeds=None):
         seen.extend(list(p) for p in ps)
-        return real_sample(ps, params, max_tokens)
+        return real_sample(ps, params, max_tokens, seeds)
 
     policy.sample = recording_sample
     try:
