@@ -33,9 +33,7 @@ def job_environment(job: object) -> Iterator[str | None]:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from rich.progress import Progress
-
-    from agentrft.console import console, show_trajectory, summary_table
+    from agentrft.console import console, progress_bar, show_trajectory, summary_table
     from agentrft.data import load_dataset
     from agentrft.job import load_job
     from agentrft.policy.hf import HFPolicy
@@ -55,15 +53,23 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     with job_environment(job) as base_url:
         settings = settings_from_job(job, policy, base_url)
         params = sampling_params(job, temperature=args.temperature)
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("rollouts", total=len(items) * args.n)
-            groups = run_groups(items, args.n, settings, policy, params, on_done=lambda _: progress.advance(task))
+        with progress_bar("rollouts", len(items) * args.n) as advance:
+            groups = run_groups(items, args.n, settings, policy, params, on_done=advance, max_batch=job.agentrft.sampling.max_batch)
     trajs = [t for g in groups for t in g.trajectories]
     write_jsonl(out / "rollouts.jsonl", (to_record(t) for t in trajs))
     for t in trajs[: args.show]:
         show_trajectory(t)
     console.print(summary_table(summarize(trajs), title=f"{len(trajs)} rollouts"))
     console.print(f"wrote {out / 'rollouts.jsonl'}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from agentrft.train.loop import start
+
+    if not args.job and not args.resume:
+        raise AgentRFTError("give a job file, or --resume RUN_DIR")
+    start(args.job, args.out, args.resume)
     return 0
 
 
@@ -89,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--temperature", type=float, default=None)
     r.add_argument("--show", type=int, default=0, help="print the first N trajectories")
     r.set_defaults(func=cmd_rollout)
+
+    t = sub.add_parser("train", help="RL-train the job's model on its tools and grader")
+    t.add_argument("job", nargs="?", help="job file (YAML or JSON)")
+    t.add_argument("--out", default=None, help="run directory (default runs/train-TIMESTAMP)")
+    t.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.set_defaults(func=cmd_train)
 
     d = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     d.add_argument("--out", default=None)
