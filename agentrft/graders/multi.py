@@ -37,8 +37,8 @@ from agentrft.graders.spec import BuildContext, Strict
 from agentrft.types import Grade
 
 FUNCTIONS: dict[str, tuple[Callable[..., float], int | None]] = {  # name -> (fn, arity; None = 1+)
-    "min": (min, None),
-    "max": (max, None),
+    "min": (lambda *xs: min(xs), None),
+    "max": (lambda *xs: max(xs), None),
     "abs": (abs, 1),
     "floor": (lambda x: float(math.floor(x)), 1),
     "ceil": (lambda x: float(math.ceil(x)), 1),
