@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from agentrft.errors import AgentRFTError
+from agentrft.graders.commands import add_commands as add_grader_commands
 
 
 def _run_dir(out: str | None, kind: str, base: str = "runs") -> Path:
@@ -105,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     d.add_argument("--out", default=None)
     d.set_defaults(func=cmd_demo)
+
+    add_grader_commands(sub)
     return p
 
 

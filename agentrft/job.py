@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from agentrft.errors import ConfigError
+from agentrft.graders.judge import JudgeConfig
 
 Auto = Literal["auto"]
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -76,6 +77,13 @@ class Reinforcement(_Strict):
     max_episode_steps: int | None = Field(default=None, ge=1)
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
     response_format: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _valid_grader(self) -> Reinforcement:
+        from agentrft.graders import validate_grader
+
+        validate_grader(self.grader)  # a ConfigError (a ValueError) is reported at this field
+        return self
 
     @model_validator(mode="after")
     def _unique_tools(self) -> Reinforcement:
@@ -157,6 +165,7 @@ class Extension(_Strict):
     tool_retries: int = Field(default=3, ge=0)
     tool_backoff_s: float = Field(default=0.5, ge=0)
     environment: Environment | None = None
+    judge: JudgeConfig | None = None  # where score_model/label_model graders run (agentrft.graders.judge)
     # model and compute
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["fp32", "bf16"] = "bf16"
