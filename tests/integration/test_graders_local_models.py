@@ -21,7 +21,7 @@ SCORE = {
         {"role": "user", "content": "Reference: {{item.answer}}\nAnswer: {{sample.output_text}}"},
     ],
     "range": [0, 1],
-    "sampling_params": {"max_completions_tokens": 48},
+    "sampling_params": {"max_completions_tokens": 24},
 }
 
 
@@ -53,14 +53,23 @@ def test_local_judge_batches_concurrent_calls(judged) -> None:
 
     for grade in asyncio.run(main()):
         check_grade(grade)
-    samplers = list(judged.judge._samplers.values())
+    samplers = [sampler for _, sampler in judged.judge._samplers.values()]
     assert samplers and max(max(s.stats.batch_sizes) for s in samplers) > 1
+
+
+def test_prefill_gets_a_score_out_of_a_small_local_judge() -> None:
+    """The 135M model ignores the JSON instruction; with the reply prefilled it writes a number."""
+    g = build_grader(SCORE, judge={"model": "smollm2-135m-instruct", "dtype": "fp32", "prefill": '{"result": '})
+    grade = g.grade(sample_from_text("Paris"), {"answer": "Paris"})
+    assert grade.error is None, grade.metrics
+    assert grade.metrics["judge_reply"].startswith('{"result": ')
+    assert 0.0 <= grade.score <= 1.0
 
 
 def test_local_label_judge() -> None:
     g = build_grader(
         {"type": "label_model", "name": "l", "model": "smollm2-135m-instruct", "labels": ["yes", "no"], "passing_labels": ["yes"],
-         "input": [{"role": "user", "content": "Is '{{sample.output_text}}' a city? Answer yes or no."}], "sampling_params": {"max_tokens": 32}},
+         "input": [{"role": "user", "content": "Is '{{sample.output_text}}' a city? Answer yes or no."}], "sampling_params": {"max_tokens": 16}},
         judge={"dtype": "fp32"},
     )
     grade = g.grade(sample_from_text("Paris"), {})
