@@ -98,3 +98,22 @@ def test_cli_run_reports_error_flags(tmp_path: Path, capsys: pytest.CaptureFixtu
     resp = json.loads(capsys.readouterr().out)
     assert resp["reward"] is None
     assert resp["metadata"]["errors"]["invalid_variable_error"] is True
+
+
+def test_loaded_local_judge_pickles_without_its_model() -> None:
+    g = build_grader(ALL_TYPES["score_model"])
+    g.judge._policy = object()  # stands in for a loaded model
+    clone = pickle.loads(pickle.dumps(g))
+    assert clone.judge._policy is None and clone.judge.model == "smollm2-135m-instruct"
+
+
+def test_sync_grade_inside_an_event_loop_says_to_await() -> None:
+    import asyncio
+
+    g = build_grader(ALL_TYPES["endpoint"])
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="await agrade"):
+            g.grade(sample_from_text("x"), {})
+
+    asyncio.run(main())
