@@ -9,7 +9,13 @@ One module per family; `multi.py` holds the formula parser. Heavy libraries (nlt
 embedding model, a judge model) load on first use, so importing this package is cheap.
 """
 
-from agentrft.graders.build import KNOWN_TYPES, build_grader, load_grader_spec, tool_call_limit, validate_grader
+from agentrft.graders.build import (
+    KNOWN_TYPES,
+    build_grader,
+    load_grader_spec,
+    tool_call_limit,
+    validate_grader,
+)
 from agentrft.graders.groups import grade_groups
 from agentrft.graders.judge import JudgeConfig
 from agentrft.graders.protocol import ERROR_FLAGS, Grader

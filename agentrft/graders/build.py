@@ -15,7 +15,17 @@ from typing import Any
 import yaml
 
 from agentrft.errors import ConfigError
-from agentrft.graders import endpoint, fact_recall, file_f1, model, multi, python, string_check, text_similarity, tool_budget
+from agentrft.graders import (
+    endpoint,
+    fact_recall,
+    file_f1,
+    model,
+    multi,
+    python,
+    string_check,
+    text_similarity,
+    tool_budget,
+)
 from agentrft.graders.protocol import Grader
 from agentrft.graders.spec import BuildContext, parse_spec
 

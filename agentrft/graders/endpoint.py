@@ -89,7 +89,12 @@ class EndpointGrader:
         return await agrade_safely(lambda: self._post(sample, item, trace_id))
 
     async def _post(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str) -> Grade:
-        from agentrft.tools.http import MAX_PAYLOAD_BYTES, PayloadTooLarge, new_client, post_with_retries
+        from agentrft.tools.http import (
+            MAX_PAYLOAD_BYTES,
+            PayloadTooLarge,
+            new_client,
+            post_with_retries,
+        )
 
         body = json.dumps({"sample": sample, "item": item, "trace_id": trace_id}, ensure_ascii=False, default=str).encode()
         if len(body) > MAX_PAYLOAD_BYTES:
@@ -113,8 +118,8 @@ class EndpointGrader:
         if reply.status >= 400:
             return failed("endpoint_grader_client_error", f"{self.spec.url}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}")
         obj = _reply(reply.body)
-        subs = obj.get("sub_scores") if isinstance(obj.get("sub_scores"), dict) else {}
-        metrics = obj.get("metrics") if isinstance(obj.get("metrics"), dict) else {}
+        subs: dict[str, Any] = obj["sub_scores"] if isinstance(obj.get("sub_scores"), dict) else {}
+        metrics: dict[str, Any] = obj["metrics"] if isinstance(obj.get("metrics"), dict) else {}
         return Grade(
             float(obj["score"]),
             {str(k): float(v) for k, v in subs.items() if isinstance(v, int | float) and not isinstance(v, bool)},

@@ -22,7 +22,13 @@ from typing import Any, Literal
 from agentrft.errors import ConfigError
 from agentrft.graders.protocol import NAN, agrade_safely, failed, grade_safely, run_sync
 from agentrft.graders.spec import BuildContext, Strict
-from agentrft.graders.template import MissingItemField, as_text, check_template, render, render_value
+from agentrft.graders.template import (
+    MissingItemField,
+    as_text,
+    check_template,
+    render,
+    render_value,
+)
 from agentrft.types import Grade
 
 _NON_WORD = re.compile(r"[^\w]+")

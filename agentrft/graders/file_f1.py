@@ -21,7 +21,13 @@ from typing import Any, Literal
 
 from agentrft.graders.protocol import failed, grade_safely
 from agentrft.graders.spec import BuildContext, Strict
-from agentrft.graders.template import MissingItemField, as_text, check_template, render, render_value
+from agentrft.graders.template import (
+    MissingItemField,
+    as_text,
+    check_template,
+    render,
+    render_value,
+)
 from agentrft.types import Grade
 
 _SPLIT = re.compile(r"[\s,]+")
@@ -57,7 +63,7 @@ def parse_paths(value: Any) -> set[str]:
             value = decoded
     if isinstance(value, list | tuple):
         return {p for p in (normalize_path(as_text(v)) for v in value) if p}
-    paths = set()
+    paths: set[str] = set()
     for line in as_text(value).splitlines():
         if line.strip().startswith("```"):
             continue

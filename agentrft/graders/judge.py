@@ -17,6 +17,7 @@ judge=...)`, or the `agentrft grader run --judge-*` flags):
         model: smollm2-135m-instruct           # use this for every model grader ...
         models: {o4-mini-2025-04-16: qwen2.5-7b-instruct}   # ... or map grader models
         structured_output: true                # send OpenAI's response_format json_schema
+        prefill: '{"result": '                 # local judges: a fixed start of the reply
         timeout_s: 60
         retries: 3
 
@@ -54,6 +55,10 @@ class JudgeConfig(Strict):
     retries: int = Field(default=3, ge=0)
     backoff_s: float = Field(default=0.5, ge=0)
     max_tokens: int = Field(default=256, ge=1)  # local judges, when sampling_params sets none
+    # Local judges only: a fixed start of every judge reply, inserted, not sampled. A small
+    # model that will not follow the JSON instruction still completes `{"result": ` with a
+    # number, at the cost of writing no reasoning steps first.
+    prefill: str | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["fp32", "bf16"] = "bf16"
 
@@ -179,7 +184,8 @@ class LocalJudge:
         policy = await asyncio.to_thread(self._load)
         tok = policy.tokenizer
         text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
-        ids = tok.encode(text, add_special_tokens=False)
+        prefill = self.config.prefill or ""
+        ids = tok.encode(text + prefill, add_special_tokens=False)
         room = policy.context_window - len(ids)
         if room < 1:
             raise JudgeError("model_grader_parse_error", f"the judge prompt ({len(ids)} tokens) does not fit the judge's context ({policy.context_window})")
@@ -188,12 +194,13 @@ class LocalJudge:
             top_p=params.top_p if params.top_p is not None else 1.0,
             max_tokens=params.max_tokens or self.config.max_tokens, seed=params.seed,
         )
-        key = (id(asyncio.get_running_loop()), sp)
-        sampler = self._samplers.get(key)
-        if sampler is None:
-            sampler = self._samplers[key] = BatchedSampler(policy, sp, max_batch=16)
+        loop = asyncio.get_running_loop()
+        owner, sampler = self._samplers.get(sp, (None, None))
+        if owner is not loop:  # a sampler's worker lives in one event loop
+            sampler = BatchedSampler(policy, sp, max_batch=16)
+            self._samplers[sp] = (loop, sampler)
         completion = await sampler.sample(ids, min(sp.max_tokens, room))
-        out = tok.decode(list(completion.tokens), skip_special_tokens=True)
+        out = prefill + tok.decode(list(completion.tokens), skip_special_tokens=True)
         return JudgeReply(out, None, len(ids) + len(completion.tokens))
 
 

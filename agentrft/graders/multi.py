@@ -32,7 +32,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from agentrft.errors import ConfigError
-from agentrft.graders.protocol import NAN, Grader, agrade_safely, checked_score, failed, grade_safely
+from agentrft.graders.protocol import (
+    NAN,
+    Grader,
+    agrade_safely,
+    checked_score,
+    grade_safely,
+)
 from agentrft.graders.spec import BuildContext, Strict
 from agentrft.types import Grade
 
@@ -62,8 +68,8 @@ class Formula:
         self._tokens = self._lex(text)
         self._pos = 0
         self.tree = self._expr()
-        if self._peek() is not None:
-            self._fail(f"unexpected {self._peek()[1]!r}")
+        if (extra := self._peek()) is not None:
+            self._fail(f"unexpected {extra[1]!r}")
         self.names = frozenset(self._names(self.tree))
         del self._tokens, self._pos
 

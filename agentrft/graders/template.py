@@ -62,12 +62,14 @@ def check_template(text: str, where: str, namespaces: Iterable[str] = NAMESPACES
 def _lookup(root: Any, steps: tuple[str | int, ...]) -> Any:
     value = root
     for step in steps:
-        if isinstance(step, int) and isinstance(value, list | tuple) and -len(value) <= step < len(value):
-            value = value[step]
-        elif isinstance(step, str) and isinstance(value, Mapping) and step in value:
+        if isinstance(step, int):
+            if not isinstance(value, list | tuple) or not -len(value) <= step < len(value):
+                return _MISSING
             value = value[step]
         else:
-            return _MISSING
+            if not isinstance(value, Mapping) or step not in value:
+                return _MISSING
+            value = value[step]
     return value
 
 

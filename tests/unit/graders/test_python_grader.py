@@ -4,6 +4,7 @@ and writes outside the sandbox are stopped and flagged, never scored."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import shutil
 import socket
@@ -101,10 +102,8 @@ def test_no_network_even_to_the_hosts_loopback() -> None:
     accepted: list[object] = []
 
     def accept() -> None:
-        try:
+        with contextlib.suppress(OSError):
             accepted.append(server.accept())
-        except OSError:
-            pass
 
     t = threading.Thread(target=accept, daemon=True)
     t.start()

@@ -6,7 +6,13 @@ import pytest
 
 from agentrft.errors import ConfigError
 from agentrft.graders import build_grader, sample_from_text
-from agentrft.graders.template import MissingItemField, check_template, parse_path, render, render_value
+from agentrft.graders.template import (
+    MissingItemField,
+    check_template,
+    parse_path,
+    render,
+    render_value,
+)
 
 NS = {
     "item": {"a": {"b": "deep"}, "list": [1, 2, {"k": "v"}], "odd key": "spaced", "n": 3},
