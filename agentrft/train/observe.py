@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agentrft.rollout.records import write_jsonl
+from agentrft.rollout.records import finite, write_jsonl
 
 
 def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -41,9 +41,9 @@ class RunLog:
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         flat = flatten(metrics)
         with self.metrics_path.open("a") as fh:
-            fh.write(json.dumps({"step": step, **{k: (None if math.isnan(v) else v) for k, v in flat.items()}}) + "\n")
+            fh.write(json.dumps(finite({"step": step, **flat}), allow_nan=False) + "\n")
         for k, v in flat.items():
-            if not math.isnan(v):
+            if math.isfinite(v):
                 self.tb.add_scalar(k, v, step)
         self.tb.flush()
 
