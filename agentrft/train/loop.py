@@ -25,13 +25,27 @@ import torch
 from agentrft.console import console, progress_bar
 from agentrft.data import load_dataset
 from agentrft.errors import AgentRFTError
-from agentrft.evaluate.eval import eval_results, graded_records, reward_of, reward_stats, rollout_and_grade
+from agentrft.evaluate.eval import (
+    eval_results,
+    graded_records,
+    reward_of,
+    reward_stats,
+    rollout_and_grade,
+)
 from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
 from agentrft.policy.hf import HFPolicy
 from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.group import sampling_params, settings_from_job
 from agentrft.train.advantages import group_advantages, has_signal
-from agentrft.train.checkpoint import TrainState, export_final, latest_checkpoint, load_checkpoint, make_optimizer, make_trainable, save_checkpoint
+from agentrft.train.checkpoint import (
+    TrainState,
+    export_final,
+    latest_checkpoint,
+    load_checkpoint,
+    make_optimizer,
+    make_trainable,
+    save_checkpoint,
+)
 from agentrft.train.loss import LossConfig
 from agentrft.train.observe import RunLog
 from agentrft.train.update import Scored, UpdateConfig, update_policy

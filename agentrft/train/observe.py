@@ -19,9 +19,7 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
             out.update(flatten(v, key + "/"))
-        elif isinstance(v, bool):
-            out[key] = float(v)
-        elif isinstance(v, int | float):
+        elif isinstance(v, bool) or isinstance(v, int | float):
             out[key] = float(v)
     return out
 
