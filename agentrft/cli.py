@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from agentrft.data.commands import add_commands as add_data_commands
 from agentrft.errors import AgentRFTError
 
 
@@ -93,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     d.add_argument("--out", default=None)
     d.set_defaults(func=cmd_demo)
+
+    add_data_commands(sub)
     return p
 
 
