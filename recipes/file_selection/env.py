@@ -4,7 +4,7 @@ answers with the files that commit changed.
 
 Each rollout (`trace_id`) gets its own workspace: the item's `parent` commit exported with
 `git archive | tar -x` into a fresh temporary directory on its first tool call (grading needs
-none), and deleted after grading, on POST /cleanup, on the idle TTL, or when the server exits.
+none), and deleted after grading, on POST /cleanup, on the idle TTL, or when the server stops.
 `git archive` only reads the repository, so concurrent rollouts never contend on it, and the
 workspace holds no `.git`: the answer commit cannot leak through history. (Measured faster
 than `git worktree add`; files marked `export-ignore` in `.gitattributes` are left out, as in
@@ -21,7 +21,6 @@ Workspaces go under $AGENTRFT_WORKSPACE_DIR (default: the system temp directory)
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
@@ -92,12 +91,6 @@ def cleanup(ctx: TraceContext) -> None:
     root = ctx.state.pop("root", None)
     if root is not None:
         shutil.rmtree(root, ignore_errors=True)
-
-
-@atexit.register
-def _cleanup_all() -> None:
-    for trace_id in env.active_traces:
-        env.cleanup(trace_id)
 
 
 def confine(root: Path, path: str) -> Path:
