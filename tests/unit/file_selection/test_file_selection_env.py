@@ -150,6 +150,20 @@ def test_grep(server, repo_item, env_module, monkeypatch):
     assert "more than 3 matches" in capped.splitlines()[3]
 
 
+def test_grep_line_numbers_agree_with_read_file(server, repo_item, workspaces):
+    output(call(server, "t", repo_item, "list_files"))  # creates the workspace
+    (workspace_of(workspaces, "t") / "odd.txt").write_bytes(b"one\x0cstill one\r\ntwo target\r\nthree\n")
+    assert output(call(server, "t", repo_item, "grep", pattern="target$", path="odd.txt")) == "odd.txt:2: two target"
+    assert output(call(server, "t", repo_item, "read_file", path="odd.txt", start_line=2)) == "2: two target\n3: three"
+
+
+def test_grep_patterns_that_only_match_within_a_line(server, repo_item):
+    expected = "inside_link:4: def parse(text):\nsrc/main.py:4: def parse(text):"
+    assert output(call(server, "t", repo_item, "grep", pattern=r"\(text\):\Z")) == expected
+    assert output(call(server, "t", repo_item, "grep", pattern=r"\(text\):(?!\n)")) == expected
+    assert output(call(server, "t", repo_item, "grep", pattern=r"\A\s+return text")) == "inside_link:5: return text.split()\nsrc/main.py:5: return text.split()"
+
+
 def test_grep_stops_a_runaway_pattern(server, repo_item, env_module, monkeypatch, workspaces):
     monkeypatch.setattr(env_module, "GREP_TIME_LIMIT_S", 0.3)
     output(call(server, "t", repo_item, "list_files"))  # creates the workspace
