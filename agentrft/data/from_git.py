@@ -150,9 +150,17 @@ class PathFilter:
     Patterns use gitignore syntax: `docs/`, `*.lock`, `src/**/*.py`."""
 
     def __init__(self, include: Sequence[str] = (), exclude: Sequence[str] = (), default_excludes: bool = True) -> None:
-        self.include = pathspec.PathSpec.from_lines("gitwildmatch", include) if include else None
-        patterns = [*(DEFAULT_EXCLUDES if default_excludes else ()), *exclude]
-        self.exclude = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+        self.include = self._spec(include) if include else None
+        self.exclude = self._spec([*(DEFAULT_EXCLUDES if default_excludes else ()), *exclude])
+
+    @staticmethod
+    def _spec(patterns: Sequence[str]) -> pathspec.PathSpec:
+        for pattern in patterns:  # one at a time, to name the bad one
+            try:
+                pathspec.PathSpec.from_lines("gitwildmatch", [pattern])
+            except ValueError as exc:
+                raise ConfigError(f"path pattern {pattern!r} is not valid gitignore syntax: {exc}") from None
+        return pathspec.PathSpec.from_lines("gitwildmatch", patterns)
 
     def keep(self, path: str) -> bool:
         if self.include is not None and not self.include.match_file(path):

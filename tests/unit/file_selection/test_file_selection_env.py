@@ -144,6 +144,9 @@ def test_grep(server, repo_item, env_module, monkeypatch):
     assert output(call(server, "t", repo_item, "grep", pattern="nothing like this")).startswith("no matches")
     bad = call(server, "t", repo_item, "grep", pattern="def (")
     assert bad.status_code == 400 and "bad regular expression" in bad.text
+    bad = call(server, "t", repo_item, "grep", pattern="def", glob="\\")
+    assert bad.status_code == 400 and "bad glob" in bad.text
+    assert call(server, "t", repo_item, "list_files", pattern=5).status_code == 400
     monkeypatch.setattr(env_module, "GREP_MAX_MATCHES", 3)
     capped = output(call(server, "t", repo_item, "grep", pattern="^line"))
     assert capped.splitlines()[:3] == ["a.txt:2: line 2", "a.txt:3: line 3", "a.txt:4: line 4"]

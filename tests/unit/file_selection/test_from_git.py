@@ -155,3 +155,9 @@ def test_cli_refuses_a_directory_that_is_not_a_repository(tmp_path, capsys, monk
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
     assert main(["data", "from-git", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "git rev-parse" in capsys.readouterr().err
+
+
+def test_bad_path_pattern_is_a_config_error(history, tmp_path, capsys):
+    repo, _ = history
+    assert main(["data", "from-git", str(repo.path), "--out", str(tmp_path / "o"), "--exclude", "!"]) == 2
+    assert "'!' is not valid gitignore syntax" in capsys.readouterr().err
