@@ -3,7 +3,6 @@ commit, confinement, the three tools, the endpoint grader and cleanup."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import uuid
@@ -15,17 +14,6 @@ import httpx
 import pytest
 
 from agentrft.tools.envkit import serve_in_thread
-
-RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
-
-
-def load_env_module() -> ModuleType:
-    """A fresh copy of recipes/file_selection/env.py (its own ToolServer, no shared state)."""
-    spec = importlib.util.spec_from_file_location(f"file_selection_env_{uuid.uuid4().hex}", RECIPE / "env.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -65,7 +53,7 @@ def workspaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def env_module(workspaces: Path) -> ModuleType:
+def env_module(workspaces: Path, load_env_module) -> ModuleType:
     return load_env_module()
 
 

@@ -4,7 +4,6 @@ few-shot examples parse, and its environment launches the way a run starts it.""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 
@@ -12,27 +11,21 @@ from agentrft.job import load_job
 from agentrft.policy.tool_format import parse_reply
 from agentrft.tools.launch import launch_environment
 
-RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
 
-
-def test_job_tools_match_the_environment(make_repo):
-    from test_file_selection_env import load_env_module
-
-    job = load_job(RECIPE / "job.yaml")
+def test_job_tools_match_the_environment(load_env_module, recipe):
+    job = load_job(recipe / "job.yaml")
     served = {s["name"]: s for s in load_env_module().env.tool_specs()}
     assert [t.name for t in job.rl.tools] == list(served)
     for tool in job.rl.tools:
         assert tool.server_url == f"/tools/{tool.name}"
         assert tool.parameters == served[tool.name]["parameters"], tool.name
         assert tool.description == served[tool.name]["description"], tool.name
-    assert job.rl.grader == json.loads((RECIPE / "grader.json").read_text())
+    assert job.rl.grader == json.loads((recipe / "grader.json").read_text())
     assert job.agentrft.environment is not None and job.agentrft.environment.app == "env:app"
 
 
-def test_few_shot_examples_parse_and_take_arguments_from_the_request():
-    from test_file_selection_env import load_env_module
-
-    job = load_job(RECIPE / "job.yaml")
+def test_few_shot_examples_parse_and_take_arguments_from_the_request(load_env_module, recipe):
+    job = load_job(recipe / "job.yaml")
     schemas = {t.name: t.parameters for t in job.rl.tools}
     env = load_env_module()
     shots = job.agentrft.few_shot_messages
@@ -53,7 +46,7 @@ def test_few_shot_examples_parse_and_take_arguments_from_the_request():
     assert calls == answers == 2
 
 
-def test_environment_launches_and_removes_workspaces_on_exit(make_repo, tmp_path):
+def test_environment_launches_and_removes_workspaces_on_exit(make_repo, tmp_path, recipe):
     r = make_repo()
     r.write("a.txt", "hello\n")
     parent = r.commit("root")
@@ -62,7 +55,7 @@ def test_environment_launches_and_removes_workspaces_on_exit(make_repo, tmp_path
     item = {"repo": str(r.path), "commit": head, "parent": parent, "files": ["a.txt"]}
     workspaces = tmp_path / "ws"
     workspaces.mkdir()
-    with launch_environment("env:app", RECIPE, env={"AGENTRFT_WORKSPACE_DIR": str(workspaces)}) as url:
+    with launch_environment("env:app", recipe, env={"AGENTRFT_WORKSPACE_DIR": str(workspaces)}) as url:
         body = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "read_file",
                 "arguments": json.dumps({"path": "a.txt"}), "trace_id": "trace_launch", "item": item}
         resp = httpx.post(f"{url}/tools/read_file", json=body, timeout=30)
