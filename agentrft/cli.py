@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from agentrft.data.commands import add_commands as add_data_commands
 from agentrft.errors import AgentRFTError
 from agentrft.graders.commands import add_commands as add_grader_commands
 
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     add_grader_commands(sub)
+    add_data_commands(sub)
     return p
 
 

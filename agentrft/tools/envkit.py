@@ -12,7 +12,8 @@ per-rollout state, speaking the OpenAI Agent RFT wire contract.
     @env.grader                        # POST /grade {sample, item, trace_id} -> {score}
     def grade(ctx, sample, item) -> float: ...
 
-    @env.on_cleanup                    # after grading, on POST /cleanup, or when idle too long
+    @env.on_cleanup                    # after grading, on POST /cleanup, when idle too long,
+                                       # or when the server stops
     def cleanup(ctx): shutil.rmtree(ctx.state["dir"])
 
     app = env.app                      # any ASGI server; `agentrft` can launch it for a job
@@ -30,7 +31,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +140,11 @@ class ToolServer:
                 self._on_cleanup(ctx)
         return True
 
+    def close(self) -> None:
+        """Clean up every open trace; runs when the server stops (ASGI lifespan shutdown)."""
+        for trace_id in self.active_traces:
+            self.cleanup(trace_id)
+
     def _sweep(self) -> None:
         now = time.monotonic()
         with self._lock:
@@ -154,7 +160,12 @@ class ToolServer:
         return self._app
 
     def _build_app(self) -> Any:
-        app = FastAPI(title=self.name)
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+            yield
+            await run_in_threadpool(self.close)
+
+        app = FastAPI(title=self.name, lifespan=lifespan)
 
         async def read_json(request: Request) -> Any:
             declared = request.headers.get("content-length")
