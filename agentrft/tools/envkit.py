@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import logging
 import socket
 import threading
 import time
@@ -42,6 +43,8 @@ from starlette.concurrency import run_in_threadpool
 from agentrft.tools.http import MAX_PAYLOAD_BYTES
 from agentrft.tools.python import ToolInputError
 
+
+log = logging.getLogger(__name__)
 
 @dataclass
 class TraceContext:
@@ -210,6 +213,11 @@ class ToolServer:
                 return PlainTextResponse("missing trace_id", status_code=400)
             headers = {k.lower(): v for k, v in request.headers.items()}
 
+            try:
+                inspect.signature(entry.fn).bind(None, **args)
+            except TypeError as exc:  # wrong or missing arguments: the model's mistake
+                return PlainTextResponse(f"bad arguments for {name!r}: {exc}", status_code=400)
+
             def run() -> Any:
                 ctx = self._context(trace_id, req.get("item") or {}, headers)
                 ctx.calls += 1
@@ -221,10 +229,9 @@ class ToolServer:
                     out = await out
             except ToolInputError as exc:
                 return PlainTextResponse(str(exc), status_code=400)
-            except TypeError as exc:  # wrong/missing arguments for the function
-                if "argument" in str(exc):
-                    return PlainTextResponse(f"bad arguments for {name!r}: {exc}", status_code=400)
-                raise
+            except Exception as exc:  # the tool's own failure: a 500, which agentrft retries
+                log.exception("tool %s failed for %s", name, trace_id)
+                return PlainTextResponse(f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500)
             text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
             return JSONResponse({"type": "function_call_output", "call_id": req.get("call_id"), "id": req.get("id"), "output": text})
 
