@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -113,8 +114,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_libraries(verbose: bool) -> None:
+    """Library chatter (weight-loading bars, deprecation notices) hides agentrft's own
+    progress; keep it for -v."""
+    if verbose:
+        return
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet_libraries(args.verbose)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
