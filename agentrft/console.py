@@ -37,6 +37,8 @@ def show_trajectory(traj: Trajectory, reward: float | None = None, max_chars: in
 
 
 def summary_table(summary: dict[str, Any], title: str = "rollouts") -> Table:
+    """Rollout statistics (`rollout.records.summarize`), with rewards when graded
+    (`evaluate.eval.eval_results`)."""
     t = Table(title=title, show_header=True, header_style="bold")
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -44,9 +46,16 @@ def summary_table(summary: dict[str, Any], title: str = "rollouts") -> Table:
     def dist(d: dict[str, float], fmt: str = "{:.2f}") -> str:
         return "  ".join(f"{k} {fmt.format(v)}" for k, v in d.items())
 
-    rows: Sequence[tuple[str, str]] = [
-        ("rollouts (discarded)", f"{summary['rollouts']} ({summary['discarded']})"),
-        *[(f"  reward {k}", f"{v:.3f}" if isinstance(v, float) else str(v)) for k, v in summary.get("reward", {}).items()],
+    rows: list[tuple[str, str]] = [("rollouts (discarded)", f"{summary['rollouts']} ({summary['discarded']})")]
+    if "reward" in summary:
+        r = summary["reward"]
+        rows.append(("reward mean ± std", f"{r['mean']:.3f} ± {r['std']:.3f}  (n={r['n']})"))
+        rows += [(f"  {k}", f"{v:.3f}") for k, v in summary.get("sub_rewards", {}).items()]
+        if "pass_rate" in summary:
+            rows.append((f"pass rate (reward >= {summary['pass_threshold']:g})", f"{summary['pass_rate']:.3f}"))
+        if summary.get("grader_errors"):
+            rows.append(("grader errors", ", ".join(f"{k}: {v}" for k, v in summary["grader_errors"].items())))
+    rows += [
         ("stop reasons", ", ".join(f"{k}: {v}" for k, v in summary["stop_reasons"].items())),
         ("tool calls / rollout", dist(summary["tool_calls"])),
         ("tool calls by tool", ", ".join(f"{k}: {v}" for k, v in summary["tool_calls_per_tool"].items()) or "-"),

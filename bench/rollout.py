@@ -1,0 +1,91 @@
+"""Rollout benchmark: sampled tokens/s of the default model at group sizes 1, 8 and 16, and
+the per-call overhead of an HTTP tool against the same tool in process (p50/p95).
+
+    .venv/bin/python bench/rollout.py [--tokens 64] [--calls 200]
+
+Numbers depend on the machine and on what else runs on it; run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agentrft.job import ToolSpec
+from agentrft.policy import SamplingParams
+from agentrft.policy.hf import HFPolicy
+from agentrft.tools import build_tools
+from agentrft.tools.envkit import ToolServer, serve_in_thread
+from agentrft.tools.http import new_client
+from agentrft.types import ToolCall
+
+
+def echo(text: str) -> str:
+    return text
+
+
+def sampling(policy: HFPolicy, tokens: int, dtype: str) -> list[tuple[int, float]]:
+    policy.dtype = dtype
+    tok = policy.tokenizer
+    prompt = tok(tok.apply_chat_template([{"role": "user", "content": "Write a long story about a lighthouse keeper."}], tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    policy.sample([prompt], SamplingParams(max_tokens=4), seeds=[0])  # warm up
+    rows = []
+    for g in (1, 8, 16):
+        params = SamplingParams(temperature=1.0, max_tokens=tokens)
+        t0 = time.perf_counter()
+        out = policy.sample([prompt] * g, params, seeds=list(range(g)))
+        dt = time.perf_counter() - t0
+        rows.append((g, sum(len(c.tokens) for c in out) / dt))
+    return rows
+
+
+async def tool_overhead(calls: int) -> dict[str, list[float]]:
+    env = ToolServer("bench")
+    env.tool(lambda ctx, text: text, name="echo", parameters={"type": "object", "properties": {"text": {"type": "string"}}})
+    with serve_in_thread(env.app) as url:
+        specs = [ToolSpec(**s) for s in env.tool_specs(url)]
+        http = build_tools(specs, timeout_s=10, retries=0, backoff_s=0)["echo"]
+        local = build_tools([ToolSpec(name="echo", function="rollout:echo")], timeout_s=10, retries=0, backoff_s=0, base_dir=str(Path(__file__).parent))["echo"]
+        out: dict[str, list[float]] = {"http": [], "python": []}
+        async with new_client() as client:
+            for name, tool in (("http", http), ("python", local)):
+                for i in range(calls + 10):
+                    call = ToolCall(f"fc_{i}", f"call_{i}", "echo", '{"text": "hello"}')
+                    t0 = time.perf_counter()
+                    await tool(call, "trace_bench", {"k": 1}, client)
+                    if i >= 10:  # skip warm-up (connection set-up)
+                        out[name].append(time.perf_counter() - t0)
+            # parallel calls of one turn: k concurrent HTTP calls
+            for k in (1, 4, 16):
+                t0 = time.perf_counter()
+                await asyncio.gather(*(http(ToolCall(f"fc_p{j}", f"call_p{j}", "echo", '{"text": "x"}'), "trace_p", {}, client) for j in range(k)))
+                out[f"parallel_{k}"] = [time.perf_counter() - t0]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--calls", type=int, default=200)
+    args = ap.parse_args()
+    policy = HFPolicy.load("smollm2-135m-instruct", device="cpu")
+    print(f"sampling, {args.tokens} new tokens per row (tokens/s):")
+    for dtype in ("fp32", "bf16"):
+        for g, tps in sampling(policy, args.tokens, dtype):
+            print(f"  {dtype}  group {g:>2}: {tps:7.1f} tokens/s")
+    res = asyncio.run(tool_overhead(args.calls))
+    print(f"tool call overhead over {args.calls} sequential calls (ms):")
+    for name in ("http", "python"):
+        v = np.array(res[name]) * 1000
+        print(f"  {name:>6}: p50 {np.percentile(v, 50):6.2f}  p95 {np.percentile(v, 95):6.2f}  mean {statistics.fmean(v):6.2f}")
+    for k in (1, 4, 16):
+        print(f"  {k:>2} parallel HTTP calls: {res[f'parallel_{k}'][0] * 1000:.1f} ms wall")
+
+
+if __name__ == "__main__":
+    main()
