@@ -177,12 +177,23 @@ def choice(index: int, text: str, completion: Completion, tools: ToolUse) -> dic
     if tools.parse and finish == "stop":
         parsed = parse_reply(text, tools.schemas)
         if parsed.calls and all(c.error is None for c in parsed.calls):
-            message["content"] = parsed.text or None
+            message["content"] = _content_before_calls(text, parsed.text)
             message["tool_calls"] = [
                 {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls
             ]
             finish = "tool_calls"
     return {"index": index, "message": message, "finish_reason": finish, "logprobs": None}
+
+
+def _content_before_calls(text: str, plain: str) -> str | None:
+    """The content that goes with a reply's tool calls. When all of the text comes before
+    the first call, it is kept as written (trailing space included), so that writing the
+    calls back after it (`inline_tool_calls`) gives the model its own reply again, byte for
+    byte; text between or after calls is joined, which that round trip cannot restore."""
+    head = text[: text.find(OPEN)]
+    if head.strip() == plain:
+        return head if plain else None
+    return plain
 
 
 def completion_body(model: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
