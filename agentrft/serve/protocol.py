@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from agentrft.data.jsonl import content_text
 from agentrft.policy import Completion
@@ -62,12 +62,18 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = None
     stop: str | list[str] | None = None
-    stream: bool | None = False
-    logprobs: bool | None = False
-    presence_penalty: float | None = 0.0
-    frequency_penalty: float | None = 0.0
+    stream: bool = False
+    logprobs: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None
+
+    @field_validator("n", "temperature", "top_p", "stream", "logprobs", "presence_penalty", "frequency_penalty", mode="before")
+    @classmethod
+    def _null_means_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """Some clients send `null` for "not set"; OpenAI reads it as the default."""
+        return cls.model_fields[str(info.field_name)].default if value is None else value
 
     @property
     def stop_strings(self) -> tuple[str, ...]:

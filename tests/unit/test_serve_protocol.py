@@ -81,6 +81,15 @@ def test_models_and_plain_chat(client: openai.OpenAI, policy: ScriptedPolicy) ->
     assert (params.temperature, params.top_p, params.seed, params.max_tokens) == (0.3, 0.9, 5, 40)
 
 
+def test_null_fields_mean_defaults(base_url: str, policy: ScriptedPolicy) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": None, "temperature": None, "top_p": None, "stream": None, "max_tokens": None, "stop": None}
+    reply = httpx.post(base_url + "/chat/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["content"] == "Hello there."
+    params = policy.calls[-1][1]
+    assert (params.temperature, params.top_p, params.stop) == (1.0, 1.0, ())
+
+
 def test_tools_come_back_as_tool_calls(client: openai.OpenAI) -> None:
     r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "weather in Paris?"}], tools=[WEATHER], temperature=0)
     (c,) = r.choices
