@@ -77,6 +77,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_serve_model(args: argparse.Namespace) -> int:
     from agentrft.serve.app import serve_model
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     serve_model(args.model, host=args.host, port=args.port, base=args.base, name=args.served_model_name,
                 max_batch=args.max_batch, default_max_tokens=args.default_max_tokens, device=args.device, dtype=args.dtype)
     return 0
@@ -108,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--default-max-tokens", type=int, default=512, help="reply limit when a request sets no max_tokens")
     sv.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     sv.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    sv.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice; 1 is often faster on a busy machine)")
     sv.set_defaults(func=cmd_serve_model)
 
     d = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
