@@ -5,6 +5,7 @@ The endpoint is `serve-model` itself, over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,3 +166,11 @@ def test_prefills_an_endpoint_cannot_take_are_refused() -> None:
         ChatRolloutSettings(tools=TOOLS, prefill="{")
     with pytest.raises(ConfigError, match="needs at least one tool"):
         ChatRolloutSettings(tools={}, prefill="<tool_call>")
+
+
+def test_settings_and_client_are_picklable(endpoint: OpenAIChat) -> None:
+    """Rollout workers (Ray actors) receive both by pickling."""
+    settings = ChatRolloutSettings(tools=TOOLS, system_prompt=SYSTEM, few_shot_messages=FEW_SHOT, prefill="<tool_call>")
+    assert pickle.loads(pickle.dumps(endpoint)) == endpoint
+    copy = pickle.loads(pickle.dumps(settings))
+    assert copy.schemas == settings.schemas and copy.few_shot_messages == FEW_SHOT
