@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from agentrft.data.commands import add_commands as add_data_commands
 from agentrft.errors import AgentRFTError
+from agentrft.graders.commands import add_commands as add_grader_commands
 
 
 def _run_dir(out: str | None, kind: str, base: str = "runs") -> Path:
@@ -33,9 +36,7 @@ def job_environment(job: object) -> Iterator[str | None]:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from rich.progress import Progress
-
-    from agentrft.console import console, show_trajectory, summary_table
+    from agentrft.console import console, progress_bar, show_trajectory, summary_table
     from agentrft.data import load_dataset
     from agentrft.job import load_job
     from agentrft.policy.hf import HFPolicy
@@ -55,15 +56,23 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     with job_environment(job) as base_url:
         settings = settings_from_job(job, policy, base_url)
         params = sampling_params(job, temperature=args.temperature)
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("rollouts", total=len(items) * args.n)
-            groups = run_groups(items, args.n, settings, policy, params, on_done=lambda _: progress.advance(task))
+        with progress_bar("rollouts", len(items) * args.n) as advance:
+            groups = run_groups(items, args.n, settings, policy, params, on_done=advance, max_batch=job.agentrft.sampling.max_batch)
     trajs = [t for g in groups for t in g.trajectories]
     write_jsonl(out / "rollouts.jsonl", (to_record(t) for t in trajs))
     for t in trajs[: args.show]:
         show_trajectory(t)
     console.print(summary_table(summarize(trajs), title=f"{len(trajs)} rollouts"))
     console.print(f"wrote {out / 'rollouts.jsonl'}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from agentrft.train.loop import start
+
+    if not args.job and not args.resume:
+        raise AgentRFTError("give a job file, or --resume RUN_DIR")
+    start(args.job, args.out, args.resume)
     return 0
 
 
@@ -115,14 +124,37 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice; 1 is often faster on a busy machine)")
     sv.set_defaults(func=cmd_serve_model)
 
+    t = sub.add_parser("train", help="RL-train the job's model on its tools and grader")
+    t.add_argument("job", nargs="?", help="job file (YAML or JSON)")
+    t.add_argument("--out", default=None, help="run directory (default runs/train-TIMESTAMP)")
+    t.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.set_defaults(func=cmd_train)
+
     d = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
     d.add_argument("--out", default=None)
     d.set_defaults(func=cmd_demo)
+
+    add_grader_commands(sub)
+    add_data_commands(sub)
     return p
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Library chatter (weight-loading bars, deprecation notices) hides agentrft's own
+    progress; keep it for -v."""
+    if verbose:
+        return
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet_libraries(args.verbose)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -58,3 +59,14 @@ def summary_table(summary: dict[str, Any], title: str = "rollouts") -> Table:
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[..., None]]:
+    """A transient progress bar; yields a callback that advances it by one (any arguments
+    are ignored, so it can be passed straight as an `on_done` hook)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda *_: progress.advance(task)

@@ -9,6 +9,8 @@ the fix, before any work starts.
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from agentrft.errors import ConfigError
+from agentrft.graders.judge import JudgeConfig
 
 Auto = Literal["auto"]
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -76,6 +79,13 @@ class Reinforcement(_Strict):
     response_format: dict[str, Any] | None = None
 
     @model_validator(mode="after")
+    def _valid_grader(self) -> Reinforcement:
+        from agentrft.graders import validate_grader
+
+        validate_grader(self.grader)  # a ConfigError (a ValueError) is reported at this field
+        return self
+
+    @model_validator(mode="after")
     def _unique_tools(self) -> Reinforcement:
         names = [t.name for t in self.tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -107,6 +117,7 @@ class Sampling(_Strict):
     max_tokens_per_episode: int = Field(default=1024, ge=1)  # sampled tokens over all turns
     context_window: int | None = Field(default=None, ge=64)  # default: the model's own
     stop: list[str] = Field(default_factory=list)  # e.g. ["</tool_call>"]: one call per reply
+    max_batch: int = Field(default=32, ge=1)  # rollouts sampled together at most
 
 
 class Lora(_Strict):
@@ -116,6 +127,26 @@ class Lora(_Strict):
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
+
+
+class Train(_Strict):
+    """How the policy is updated (agentrft's own; OpenAI's hyperparameters set the rest)."""
+
+    loss: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
+    learning_rate: float = Field(default=2e-4, gt=0)  # base rate; OpenAI's multiplier scales it
+    clip_low: float = Field(default=0.2, ge=0)
+    clip_high: float | None = Field(default=None, ge=0)  # None: = clip_low (dapo: 0.28)
+    kl_coef: float = Field(default=0.0, ge=0)  # KL to the reference (LoRA: adapter switched off)
+    ppo_epochs: int = Field(default=1, ge=1)  # optimisation passes over each batch
+    micro_batch_tokens: int = Field(default=4096, ge=64)  # gradient accumulation chunk
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    full_finetune: bool = False
+    lora: Lora = Field(default_factory=Lora)
+    checkpoint_interval: int = Field(default=10, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
+    max_failed_fraction: float = Field(default=0.5, ge=0, le=1)  # abort a step past this share of discards
+    eval_temperature: float | None = Field(default=None, ge=0)  # None: the sampling temperature
 
 
 class Extension(_Strict):
@@ -134,10 +165,12 @@ class Extension(_Strict):
     tool_retries: int = Field(default=3, ge=0)
     tool_backoff_s: float = Field(default=0.5, ge=0)
     environment: Environment | None = None
+    judge: JudgeConfig | None = None  # where score_model/label_model graders run (agentrft.graders.judge)
     # model and compute
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["fp32", "bf16"] = "bf16"
     output_dir: str = "runs"
+    train: Train = Field(default_factory=Train)
 
 
 class Job(_Strict):
@@ -224,3 +257,65 @@ def load_job(path: str | Path) -> Job:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
     return job_from_dict(data, source=str(path), base_dir=path.resolve().parent)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Concrete values for every OpenAI hyperparameter of a job, and how each was chosen."""
+
+    batch_size: int  # rows per step
+    group_size: int  # rollouts per row
+    n_epochs: int
+    learning_rate: float
+    eval_interval: int  # steps; 0 = never
+    eval_samples: int  # rollouts per validation row
+    steps_per_epoch: int
+    total_steps: int
+    notes: dict[str, str]
+
+
+def resolve_hyperparameters(job: Job, n_train: int) -> Resolved:
+    """Map "auto" (and OpenAI-only knobs) to concrete values for this machine and dataset.
+
+    - batch_size auto: 4 rows (capped by the dataset size).
+    - compute_multiplier scales exploration: group size = round(8 x multiplier), at least 2;
+      `agentrft.group_size` overrides it.
+    - n_epochs auto: enough passes for about 10 steps, at most 20 passes.
+    - learning rate = `agentrft.train.learning_rate` x learning_rate_multiplier (auto: 1).
+    - eval_interval auto: 4 evaluations over the run; eval_samples auto: 2.
+    - reasoning_effort has no counterpart for these models and is ignored.
+    """
+    hp, ext = job.rl.hyperparameters, job.agentrft
+    notes: dict[str, str] = {}
+
+    def pick(name: str, value: Any, auto: Any, how: str) -> Any:
+        if value == "auto":
+            notes[name] = f"auto -> {auto} ({how})"
+            return auto
+        notes[name] = f"{value} (as given)"
+        return value
+
+    batch = min(int(pick("batch_size", hp.batch_size, min(4, n_train), "4 rows, capped by the dataset")), n_train)
+    mult = float(pick("compute_multiplier", hp.compute_multiplier, 1.0, "default exploration"))
+    if ext.group_size is not None:
+        group = ext.group_size
+        notes["group_size"] = f"{group} (agentrft.group_size)"
+    else:
+        group = max(2, round(8 * mult))
+        notes["group_size"] = f"{group} (= round(8 x compute_multiplier {mult:g}))"
+    steps_per_epoch = max(1, n_train // batch)
+    epochs = int(pick("n_epochs", hp.n_epochs, min(20, max(1, math.ceil(10 / steps_per_epoch))), f"about 10 steps at {steps_per_epoch} steps/epoch"))
+    lr_mult = float(pick("learning_rate_multiplier", hp.learning_rate_multiplier, 1.0, "the base rate"))
+    lr = ext.train.learning_rate * lr_mult
+    notes["learning_rate"] = f"{lr:g} (= {ext.train.learning_rate:g} x {lr_mult:g})"
+    total = steps_per_epoch * epochs
+    if ext.train.max_steps is not None and ext.train.max_steps < total:
+        notes["total_steps"] = f"{ext.train.max_steps} (agentrft.train.max_steps; {total} otherwise)"
+        total = ext.train.max_steps
+    else:
+        notes["total_steps"] = f"{total} (= {steps_per_epoch} steps/epoch x {epochs} epochs)"
+    eval_interval = int(pick("eval_interval", hp.eval_interval, max(1, total // 4), "4 evaluations per run"))
+    eval_samples = int(pick("eval_samples", hp.eval_samples, 2, "2 rollouts per validation row"))
+    if hp.reasoning_effort != "auto":
+        notes["reasoning_effort"] = f"{hp.reasoning_effort} (ignored: the model has no reasoning mode)"
+    return Resolved(batch, group, epochs, lr, eval_interval, eval_samples, steps_per_epoch, total, notes)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class StopReason(str, enum.Enum):
+class StopReason(enum.StrEnum):
     """Why a rollout ended."""
 
     FINAL_ANSWER = "final_answer"  # the model replied without a tool call

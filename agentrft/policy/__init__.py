@@ -47,6 +47,9 @@ class Policy(Protocol):
         prompts: Sequence[Sequence[int]],
         params: SamplingParams,
         max_tokens: Sequence[int] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
-        """Continue each prompt (token ids). `max_tokens` optionally caps each row separately."""
+        """Continue each prompt (token ids). `max_tokens` optionally caps each row separately.
+        `seeds` gives each row its own random stream, so a row's sample does not depend on
+        which other rows share its batch (otherwise `params.seed` seeds the whole batch)."""
         ...

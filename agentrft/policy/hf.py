@@ -72,6 +72,7 @@ class HFPolicy:
         prompts: Sequence[Sequence[int]],
         params: SamplingParams,
         max_tokens: Sequence[int] | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         if not prompts:
             return []
@@ -87,8 +88,10 @@ class HFPolicy:
             mask[i, width - len(p):] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        gen = torch.Generator(device=dev)
-        gen.manual_seed(params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item()))
+        if seeds is None:
+            base = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
+            seeds = [base + i for i in range(B)]
+        gens = [torch.Generator(device=dev).manual_seed(int(s) % 2**63) for s in seeds]
         limit_t = torch.tensor(limits, device=dev)
         stop_t = torch.tensor(sorted(self.stop_token_ids), device=dev)
 
@@ -104,12 +107,12 @@ class HFPolicy:
         tail = max((len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
         step_ids, step_pos = ids, positions
         with self.autocast():
-            for t in range(max(limits)):
+            for _ in range(max(limits)):
                 logits = self.model(
                     input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                    past_key_values=cache, use_cache=True, logits_to_keep=1,
+                    cache=cache, use_cache=True, logits_to_keep=1,
                 ).logits[:, -1, :].float()
-                tok, logp = _choose(logits, params, gen)
+                tok, logp = _choose(logits, params, gens)
                 tok = torch.where(done, torch.full_like(tok, self.pad_token_id), tok)
                 out_tokens.append(tok)
                 out_logps.append(logp)
@@ -138,19 +141,24 @@ class HFPolicy:
         return result
 
 
-def _choose(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _choose(logits: torch.Tensor, params: SamplingParams, gens: Sequence[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the next token per row; return it and its log-prob under the sampling
-    distribution (softmax of logits / temperature, before top-p truncation)."""
+    distribution (softmax of logits / temperature, before top-p truncation).
+
+    Sampling is Gumbel-max with each row's own generator: argmax(logits/T + Gumbel noise)
+    draws from softmax(logits/T), and a row's draw never depends on its batch-mates."""
     if params.temperature <= 0:
         logp = torch.log_softmax(logits, dim=-1)
         tok = logits.argmax(dim=-1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
     logp = torch.log_softmax(logits / params.temperature, dim=-1)
-    probs = logp.exp()
+    scores = logp
     if params.top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < params.top_p  # always keeps the top token
-        sorted_p = sorted_p * keep
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-    tok = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+        sorted_lp, order = logp.sort(dim=-1, descending=True)
+        sorted_p = sorted_lp.exp()
+        drop = sorted_p.cumsum(-1) - sorted_p >= params.top_p  # always keeps the top token
+        scores = logp.scatter(-1, order, sorted_lp.masked_fill(drop, float("-inf")))
+    uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, device=logits.device) for g in gens])
+    gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-20)))
+    tok = (scores + gumbel).argmax(dim=-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

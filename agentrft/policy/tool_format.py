@@ -24,7 +24,6 @@ import jsonschema
 from agentrft.types import ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
 CALL_SYNTAX = '<tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>'
 
 
@@ -126,6 +125,9 @@ def _invalid(name: str, raw: str, why: str) -> ToolCall:
     return ToolCall(id=fc, call_id=call, name=name, arguments=raw, error=why)
 
 
+_DECODER = json.JSONDecoder()
+
+
 def parse_call(raw: str, schemas: Mapping[str, Mapping[str, Any]]) -> ToolCall:
     """Read one `<tool_call>` body. `schemas` maps tool name -> JSON schema of its arguments."""
     body = raw.strip()
@@ -135,6 +137,10 @@ def parse_call(raw: str, schemas: Mapping[str, Mapping[str, Any]]) -> ToolCall:
         return _invalid("", body, f"the tool call is not valid JSON ({exc.msg} at column {exc.colno}). Write it as {CALL_SYNTAX}")
     except RecursionError:
         return _invalid("", body[:200], f"the tool call is nested too deeply to read. Write it as {CALL_SYNTAX}")
+    return _call_from_object(obj, body, schemas)
+
+
+def _call_from_object(obj: Any, body: str, schemas: Mapping[str, Mapping[str, Any]]) -> ToolCall:
     if not isinstance(obj, dict):
         return _invalid("", body, f"the tool call must be a JSON object. Write it as {CALL_SYNTAX}")
     name = obj.get("name")
@@ -163,13 +169,51 @@ def parse_call(raw: str, schemas: Mapping[str, Mapping[str, Any]]) -> ToolCall:
     return ToolCall(id=fc, call_id=call, name=name, arguments=json.dumps(args, ensure_ascii=False))
 
 
+_CLOSE_AFTER = re.compile(r"\s*" + re.escape(CLOSE))
+
+
+def _read_block(text: str, start: int, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[ToolCall, int]:
+    """Read the call whose body starts at `start` (just after `<tool_call>`); return it and
+    the index after the block. The JSON is decoded first, so a `</tool_call>` inside a string
+    argument does not cut the call short; only if it does not decode is the body taken up to
+    the next closing (or opening) tag."""
+    k = start
+    while k < len(text) and text[k].isspace():
+        k += 1
+    try:
+        obj, end = _DECODER.raw_decode(text, k)
+    except (json.JSONDecodeError, RecursionError):
+        close, reopen = text.find(CLOSE, start), text.find(OPEN, start)
+        if reopen >= 0 and (close < 0 or reopen < close):  # a new call starts first
+            return parse_call(text[start:reopen], schemas), reopen
+        if close < 0:
+            return parse_call(text[start:], schemas), len(text)
+        return parse_call(text[start:close], schemas), close + len(CLOSE)
+    body = text[k:end]
+    m = _CLOSE_AFTER.match(text, end)
+    if m is None:  # JSON then something other than the closing tag
+        close = text.find(CLOSE, end)
+        if close >= 0 and OPEN not in text[end:close]:
+            junk = text[end:close].strip()
+            return _invalid("", text[k:close].strip(), f"unexpected text {junk[:40]!r} after the JSON of the tool call. Write it as {CALL_SYNTAX}"), close + len(CLOSE)
+        return _call_from_object(obj, body, schemas), end  # unterminated: still read it
+    return _call_from_object(obj, body, schemas), m.end()
+
+
 def parse_reply(text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParsedReply:
-    """Split a reply into tool calls and plain text. An unterminated final `<tool_call>` is
-    still read (the model may stop right after the JSON); a stray `</tool_call>` with no
-    opening tag counts as a malformed call, so the model learns it was not executed."""
-    calls = [parse_call(m.group(1), schemas) for m in _BLOCK.finditer(text)]
-    plain = _BLOCK.sub("", text)
-    if CLOSE in plain:
-        calls.append(_invalid("", plain.strip()[:200], f"found {CLOSE} without a matching {OPEN}. Write it as {CALL_SYNTAX}"))
-        plain = plain.replace(CLOSE, "")
-    return ParsedReply(tuple(calls), plain.strip())
+    """Split a reply into tool calls and plain text. An unterminated `<tool_call>` is still
+    read (the model may stop right after the JSON); a stray `</tool_call>` with no opening tag
+    counts as a malformed call, so the model learns it was not executed."""
+    calls: list[ToolCall] = []
+    plain: list[str] = []
+    pos = 0
+    while (i := text.find(OPEN, pos)) >= 0:
+        plain.append(text[pos:i])
+        call, pos = _read_block(text, i + len(OPEN), schemas)
+        calls.append(call)
+    plain.append(text[pos:])
+    rest = "".join(plain)
+    if CLOSE in rest:
+        calls.append(_invalid("", rest.strip()[:200], f"found {CLOSE} without a matching {OPEN}. Write it as {CALL_SYNTAX}"))
+        rest = rest.replace(CLOSE, "")
+    return ParsedReply(tuple(calls), rest.strip())

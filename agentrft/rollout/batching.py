@@ -5,19 +5,23 @@ Episodes `await sampler.sample(tokens, max_new)`. Requests queue up while the mo
 one batched `policy.sample` in a thread, so HTTP tool calls keep running meanwhile.
 
 A request may bring its own SamplingParams (the chat server does: each HTTP request has its
-own temperature, stop strings, seed); requests are batched with others that share the
-same params, in arrival order.
+own temperature, stop strings, ...). A batch holds requests with equal params, taken in
+arrival order, and never mixes seeded with unseeded requests, so a seeded request's reply
+does not depend on what else was queued.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentrft.policy import Completion, Policy, SamplingParams
+
+# tokens, max_new, seed, params (None: the sampler's own), the caller's future
+_Request = tuple[Sequence[int], int, int | None, SamplingParams | None, "asyncio.Future[Completion]"]
 
 
 @dataclass
@@ -36,20 +40,19 @@ class BatchedSampler:
         self.max_batch = max_batch
         self.gather_s = gather_s
         self.stats = SamplerStats()
-        self._queue: list[tuple[Sequence[int], int, SamplingParams | None, asyncio.Future[Completion]]] = []
+        self._queue: list[_Request] = []
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
-        self._seed = params.seed
 
-    async def sample(self, tokens: Sequence[int], max_new: int, params: SamplingParams | None = None) -> Completion:
-        """Continue `tokens` by at most `max_new` tokens, batched with concurrent callers.
-        `params` defaults to the sampler's own (whose seed advances per batch)."""
+    async def sample(self, tokens: Sequence[int], max_new: int, seed: int | None = None, params: SamplingParams | None = None) -> Completion:
+        """Queue one prompt; `seed` fixes this request's random stream (see Policy.sample);
+        `params` replaces the sampler's own for this request."""
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
             self._worker = loop.create_task(self._run())
         fut: asyncio.Future[Completion] = loop.create_future()
-        self._queue.append((tokens, max_new, params, fut))
+        self._queue.append((tokens, max_new, seed, params, fut))
         assert self._wake is not None
         self._wake.set()
         return await fut
@@ -62,14 +65,12 @@ class BatchedSampler:
             self._wake.clear()
             while self._queue:
                 batch = self._take_batch()
-                params = batch[0][2]
-                if params is None:
-                    params = self.params
-                    if self._seed is not None:  # a new, reproducible seed per batch
-                        params = dataclasses.replace(params, seed=self._seed + self.stats.batches)
+                seeded = [b[2] for b in batch if b[2] is not None]
+                row_seeds = seeded if len(seeded) == len(batch) else None  # unseeded: the policy seeds the batch
+                params = batch[0][3] or self.params
                 t0 = time.perf_counter()
                 try:
-                    out = await asyncio.to_thread(self.policy.sample, [b[0] for b in batch], params, [b[1] for b in batch])
+                    out = await asyncio.to_thread(self.policy.sample, [b[0] for b in batch], params, [b[1] for b in batch], row_seeds)
                 except asyncio.CancelledError:
                     for *_, fut in batch:
                         fut.cancel()
@@ -88,10 +89,11 @@ class BatchedSampler:
                     if not fut.done():
                         fut.set_result(completion)
 
-    def _take_batch(self) -> list[tuple[Sequence[int], int, SamplingParams | None, asyncio.Future[Completion]]]:
-        """Up to max_batch queued requests that share the oldest request's params."""
-        key = self._queue[0][2]
-        batch = [q for q in self._queue if q[2] == key][: self.max_batch]
+    def _take_batch(self) -> list[_Request]:
+        """Up to max_batch queued requests like the oldest one: equal params, and seeded
+        only with seeded ones."""
+        key = (self._queue[0][3], self._queue[0][2] is None)
+        batch = [q for q in self._queue if (q[3], q[2] is None) == key][: self.max_batch]
         taken = {id(q) for q in batch}
         self._queue = [q for q in self._queue if id(q) not in taken]
         return batch
@@ -99,8 +101,6 @@ class BatchedSampler:
     async def aclose(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
-            except (asyncio.CancelledError, Exception):
-                pass
             self._worker = None

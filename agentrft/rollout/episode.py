@@ -56,7 +56,9 @@ class RolloutSettings:
         return StopRules(self.max_episode_steps, self.max_tool_calls)
 
 
-async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, trace_id: str | None = None) -> Trajectory:
+async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, trace_id: str | None = None, seed: int | None = None) -> Trajectory:
+    """Run one rollout to its end. `seed` makes its samples reproducible whatever else is
+    batched with them (each reply draws from `seed + turn`)."""
     renderer, tok = settings.renderer, settings.renderer.tokenizer
     messages, ctx = renderer.initial(item)
     log = EpisodeLog(item, messages, trace_id=trace_id or new_trace_id())
@@ -79,7 +81,7 @@ async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSam
             break
         max_new = min(settings.max_tokens_per_turn, room, budget)
         t0 = time.perf_counter()
-        completion = await sampler.sample(list(ctx.tokens), max_new)
+        completion = await sampler.sample(list(ctx.tokens), max_new, None if seed is None else seed + 7919 * len(log.turns))
         sample_s = time.perf_counter() - t0
         ctx.sampled(completion.tokens, completion.logprobs)
         sampled_total += len(completion.tokens)

@@ -57,17 +57,21 @@ async def run_groups_async(
     sampler: BatchedSampler,
     on_done: Callable[[Trajectory], Any] | None = None,
 ) -> list[Group]:
-    """Every rollout of every row at once; generation is batched across all of them."""
+    """Every rollout of every row at once; generation is batched across all of them. With a
+    seed in the sampler's params, rollout k of the call gets its own derived seed, so results
+    do not depend on how requests happened to be batched."""
+    base = sampler.params.seed
     async with new_client() as client:
 
-        async def one(item: Item) -> Trajectory:
-            traj = await run_episode(item, settings, sampler, client)
+        async def one(item: Item, k: int) -> Trajectory:
+            seed = None if base is None else base * 1_000_003 + k * 104_729
+            traj = await run_episode(item, settings, sampler, client, seed=seed)
             if on_done is not None:
                 on_done(traj)
             return traj
 
         try:
-            trajs = await asyncio.gather(*(one(item) for item in items for _ in range(group_size)))
+            trajs = await asyncio.gather(*(one(item, i * group_size + j) for i, item in enumerate(items) for j in range(group_size)))
         finally:
             await sampler.aclose()
     return [Group(item, tuple(trajs[i * group_size:(i + 1) * group_size])) for i, item in enumerate(items)]

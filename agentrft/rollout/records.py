@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ def to_record(traj: Trajectory, grade: Grade | None = None, extra: dict[str, Any
         "stop_reason": traj.stop_reason.value,
         "discarded": traj.discarded,
         "reward": None if grade is None or grade.error else grade.score,
-        "grade": None if grade is None else {"score": grade.score, "sub_scores": dict(grade.sub_scores), "error": grade.error, "metrics": dict(grade.metrics)},
+        "grade": None if grade is None else {"score": None if grade.error else grade.score, "sub_scores": dict(grade.sub_scores), "error": grade.error, "metrics": dict(grade.metrics)},
         "num_tool_calls": len(traj.tool_calls),
         "num_turns": len(traj.turns),
         "tokens": token_counts(traj),
@@ -56,12 +57,23 @@ def to_record(traj: Trajectory, grade: Grade | None = None, extra: dict[str, Any
     }
 
 
+def finite(obj: Any) -> Any:
+    """JSON has no NaN/Infinity: write them as null (a missing value), recursively."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]], append: bool = False) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     with path.open("a" if append else "w", encoding="utf-8") as fh:
         for rec in records:
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.write(json.dumps(finite(rec), ensure_ascii=False, allow_nan=False) + "\n")
             n += 1
     return n
 

@@ -3,7 +3,8 @@
 Requests that arrive while the model is busy are batched into one `policy.sample` call by
 the rollout engine's `BatchedSampler` (requests with equal sampling params share a batch;
 a request's `n` choices always do). Sampling runs in a worker thread, so the event loop
-keeps accepting requests meanwhile.
+keeps accepting requests meanwhile. A request's `seed` gives each of its choices its own
+random stream, so a seeded request gets the same reply however it was batched.
 """
 
 from __future__ import annotations
@@ -75,13 +76,20 @@ class ChatService:
                 "messages", "context_length_exceeded",
             )
         max_new = asked if asked is not None else min(self.default_max_tokens, room)
-        params = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_tokens=max_new, seed=req.seed, stop=req.stop_strings)
+        params = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_tokens=max_new, stop=req.stop_strings)
+        seeds = [None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)]
         t0 = time.perf_counter()
-        completions = await asyncio.gather(*(self.sampler.sample(prompt, max_new, params) for _ in range(req.n)))
+        completions = await asyncio.gather(*(self.sampler.sample(prompt, max_new, seed, params) for seed in seeds))
         choices = [choice(i, self.reply_text(c, tools.prefill), c, tools) for i, c in enumerate(completions)]
         sampled = sum(len(c.tokens) for c in completions)
         log.info("n=%d prompt=%d sampled=%d in %.2fs", req.n, len(prompt), sampled, time.perf_counter() - t0)
         return completion_body(self.model_name, choices, len(prompt), sampled)
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The random stream of choice `index` of a request with `seed`: its own, so the reply
+    is the same whatever else is batched with it, and choices differ from each other."""
+    return seed * 1_000_003 + index * 104_729
 
 
 def create_app(policy: Any, model_name: str, *, max_batch: int = 32, default_max_tokens: int = 512) -> FastAPI:

@@ -12,7 +12,8 @@ per-rollout state, speaking the OpenAI Agent RFT wire contract.
     @env.grader                        # POST /grade {sample, item, trace_id} -> {score}
     def grade(ctx, sample, item) -> float: ...
 
-    @env.on_cleanup                    # after grading, on POST /cleanup, or when idle too long
+    @env.on_cleanup                    # after grading, on POST /cleanup, when idle too long,
+                                       # or when the server stops
     def cleanup(ctx): shutil.rmtree(ctx.state["dir"])
 
     app = env.app                      # any ASGI server; `agentrft` can launch it for a job
@@ -27,10 +28,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,8 @@ from starlette.concurrency import run_in_threadpool
 from agentrft.tools.http import MAX_PAYLOAD_BYTES
 from agentrft.tools.python import ToolInputError
 
+
+log = logging.getLogger(__name__)
 
 @dataclass
 class TraceContext:
@@ -139,6 +143,11 @@ class ToolServer:
                 self._on_cleanup(ctx)
         return True
 
+    def close(self) -> None:
+        """Clean up every open trace; runs when the server stops (ASGI lifespan shutdown)."""
+        for trace_id in self.active_traces:
+            self.cleanup(trace_id)
+
     def _sweep(self) -> None:
         now = time.monotonic()
         with self._lock:
@@ -154,7 +163,12 @@ class ToolServer:
         return self._app
 
     def _build_app(self) -> Any:
-        app = FastAPI(title=self.name)
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+            yield
+            await run_in_threadpool(self.close)
+
+        app = FastAPI(title=self.name, lifespan=lifespan)
 
         async def read_json(request: Request) -> Any:
             declared = request.headers.get("content-length")
@@ -199,6 +213,11 @@ class ToolServer:
                 return PlainTextResponse("missing trace_id", status_code=400)
             headers = {k.lower(): v for k, v in request.headers.items()}
 
+            try:
+                inspect.signature(entry.fn).bind(None, **args)
+            except TypeError as exc:  # wrong or missing arguments: the model's mistake
+                return PlainTextResponse(f"bad arguments for {name!r}: {exc}", status_code=400)
+
             def run() -> Any:
                 ctx = self._context(trace_id, req.get("item") or {}, headers)
                 ctx.calls += 1
@@ -210,10 +229,9 @@ class ToolServer:
                     out = await out
             except ToolInputError as exc:
                 return PlainTextResponse(str(exc), status_code=400)
-            except TypeError as exc:  # wrong/missing arguments for the function
-                if "argument" in str(exc):
-                    return PlainTextResponse(f"bad arguments for {name!r}: {exc}", status_code=400)
-                raise
+            except Exception as exc:  # the tool's own failure: a 500, which agentrft retries
+                log.exception("tool %s failed for %s", name, trace_id)
+                return PlainTextResponse(f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500)
             text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
             return JSONResponse({"type": "function_call_output", "call_id": req.get("call_id"), "id": req.get("id"), "output": text})
 

@@ -57,9 +57,9 @@ class CountingPolicy:
         self.tokenizer, self.stop_token_ids, self.context_window = policy.tokenizer, policy.stop_token_ids, policy.context_window
         self.batches: list[int] = []
 
-    def sample(self, prompts: Sequence[Sequence[int]], params: SamplingParams, max_tokens: Sequence[int] | None = None) -> list[Completion]:
+    def sample(self, prompts: Sequence[Sequence[int]], params: SamplingParams, max_tokens: Sequence[int] | None = None, seeds: Sequence[int] | None = None) -> list[Completion]:
         self.batches.append(len(prompts))
-        return self.policy.sample(prompts, params, max_tokens)
+        return self.policy.sample(prompts, params, max_tokens, seeds)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +106,9 @@ def test_n_choices_in_one_batch(client: openai.OpenAI, counting: CountingPolicy)
     texts = [c.message.content for c in r.choices]
     assert len(set(texts)) > 1, texts  # sampled, not one reply copied
     assert r.usage.completion_tokens <= 4 * 24
+    # the same seed gives the same choices again
+    again = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me a fact about cats."}], n=4, temperature=1.0, seed=7, max_tokens=24)
+    assert [c.message.content for c in again.choices] == texts
 
 
 def test_cli_serves_the_default_model() -> None:

@@ -24,12 +24,12 @@ from agentrft.tools import build_tools
 from agentrft.tools.envkit import serve_in_thread
 from agentrft.tools.http import new_client
 from agentrft.types import Item, StopReason, Trajectory
-from tests.scripted import ScriptedPolicy
+from tests.conftest import ScriptedPolicy
 
 PARAMS = {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"]}
 SPECS = [
-    ToolSpec(name="lookup", description="Facts about a country.", parameters=PARAMS, function="tests.unit.episode_tools:lookup"),
-    ToolSpec(name="broken", parameters=PARAMS, function="tests.unit.episode_tools:broken"),
+    ToolSpec(name="lookup", description="Facts about a country.", parameters=PARAMS, function="tests.unit.pytools:lookup"),
+    ToolSpec(name="fragile", function="tests.unit.pytools:fragile"),  # always fails: the rollout is discarded
 ]
 TOOLS = build_tools(SPECS, timeout_s=5, retries=1, backoff_s=0.0)
 SYSTEM = "You look things up."
@@ -50,7 +50,7 @@ class Script:
         self.replies: list[str] = []
         self.prompts: list[str] = []
 
-    def __call__(self, prompt: str) -> str:
+    def __call__(self, prompt: str, turn: int) -> str:
         self.prompts.append(prompt)
         return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
 
@@ -61,8 +61,8 @@ def script() -> Script:
 
 
 @pytest.fixture(scope="module")
-def policy(script: Script) -> ScriptedPolicy:
-    return ScriptedPolicy(script)
+def policy(script: Script, tokenizer: Any) -> ScriptedPolicy:
+    return ScriptedPolicy(tokenizer, script)
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +105,8 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, Any], StopReason, int]] = {
     "call budget": ([CALL + CALL], {"max_tool_calls": 1}, StopReason.MAX_TOOL_CALLS, 1),
     "step limit": ([CALL], {"max_episode_steps": 2}, StopReason.MAX_EPISODE_STEPS, 2),
     "reply cut off": (["x" * 50], {"max_tokens_per_turn": 10}, StopReason.MAX_TOKENS, 1),
-    "episode token budget": ([CALL], {"max_tokens_per_episode": 150}, StopReason.MAX_TOKENS, 2),
-    "tool down": (['<tool_call>{"name": "broken", "arguments": {"country": "Peru"}}</tool_call>'], {}, StopReason.TOOL_ERROR, 1),
+    "episode token budget": ([CALL], {"max_tokens_per_episode": 40}, StopReason.MAX_TOKENS, 2),
+    "tool down": (['<tool_call>{"name": "fragile", "arguments": {}}</tool_call>'], {}, StopReason.TOOL_ERROR, 1),
     "prefill": (['{"name": "lookup", "arguments": {"country": "Peru"}}</tool_call>', "Lima."], {"prefill": "<tool_call>"}, StopReason.FINAL_ANSWER, 2),
 }
 

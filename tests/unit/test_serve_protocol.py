@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -13,7 +14,7 @@ import pytest
 
 from agentrft.serve.app import create_app
 from agentrft.tools.envkit import serve_in_thread
-from tests.scripted import ScriptedPolicy
+from tests.conftest import ScriptedPolicy
 
 MODEL = "scripted"
 WEATHER = {
@@ -33,7 +34,7 @@ def last_turn(prompt: str) -> str:
     return prompt[at:]
 
 
-def respond(prompt: str) -> str:
+def respond(prompt: str, turn: int = 0) -> str:
     turn = last_turn(prompt)
     if prompt.endswith("<tool_call>"):  # tool_choice="required": the reply was prefilled
         return '{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>'
@@ -53,8 +54,8 @@ def respond(prompt: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def policy() -> ScriptedPolicy:
-    return ScriptedPolicy(respond, context_window=2048, delay_s=0.05)
+def policy(tokenizer: Any) -> ScriptedPolicy:
+    return ScriptedPolicy(tokenizer, respond, context_window=2048, delay_s=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +75,14 @@ def test_models_and_plain_chat(client: openai.OpenAI, policy: ScriptedPolicy) ->
     r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], temperature=0.3, top_p=0.9, seed=5, max_tokens=40)
     (c,) = r.choices
     assert (c.message.content, c.finish_reason, c.message.tool_calls) == ("Hello there.", "stop", None)
-    prompt_len = len(policy.tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False))
-    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (prompt_len, len("Hello there.") + 1)  # + the stop token
+    prompt = policy.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    prompt_len = len(policy.tokenizer.encode(prompt, add_special_tokens=False))
+    reply_len = len(policy.tokenizer.encode("Hello there.", add_special_tokens=False)) + 1  # + the stop token
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (prompt_len, reply_len)
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
-    params = policy.calls[-1][1]
-    assert (params.temperature, params.top_p, params.seed, params.max_tokens) == (0.3, 0.9, 5, 40)
+    rows, params, seeds = policy.calls[-1]
+    assert (params.temperature, params.top_p, params.max_tokens) == (0.3, 0.9, 40)
+    assert rows == 1 and seeds is not None and len(seeds) == 1  # the request's seed, as its own stream
 
 
 def test_null_fields_mean_defaults(base_url: str, policy: ScriptedPolicy) -> None:
@@ -86,8 +90,8 @@ def test_null_fields_mean_defaults(base_url: str, policy: ScriptedPolicy) -> Non
     reply = httpx.post(base_url + "/chat/completions", json=body)
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["message"]["content"] == "Hello there."
-    params = policy.calls[-1][1]
-    assert (params.temperature, params.top_p, params.stop) == (1.0, 1.0, ())
+    _, params, seeds = policy.calls[-1]
+    assert (params.temperature, params.top_p, params.stop, seeds) == (1.0, 1.0, (), None)
 
 
 def test_tools_come_back_as_tool_calls(client: openai.OpenAI) -> None:
@@ -142,20 +146,23 @@ def test_tool_choice(client: openai.OpenAI) -> None:
     assert r.choices[0].finish_reason == "stop" and CALL in r.choices[0].message.content  # not parsed
 
 
-def test_stop_strings_and_length(client: openai.OpenAI) -> None:
+def test_stop_strings_and_length(client: openai.OpenAI, policy: ScriptedPolicy) -> None:
     r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "stopword"}], stop=["STOP"])
     assert (r.choices[0].message.content, r.choices[0].finish_reason) == ("alpha beta ", "stop")
-    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "stopword"}], max_completion_tokens=5)
-    assert (r.choices[0].message.content, r.choices[0].finish_reason, r.usage.completion_tokens) == ("alpha", "length", 5)
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "stopword"}], max_completion_tokens=3)
+    first3 = policy.tokenizer.decode(policy.tokenizer.encode("alpha beta STOP gamma", add_special_tokens=False)[:3])
+    assert (r.choices[0].message.content, r.choices[0].finish_reason, r.usage.completion_tokens) == (first3, "length", 3)
 
 
 def test_n_choices_are_one_sample_call(client: openai.OpenAI, policy: ScriptedPolicy) -> None:
     before = len(policy.calls)
-    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "weather"}], tools=[WEATHER], n=3)
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "weather"}], tools=[WEATHER], n=3, seed=11)
     assert [c.index for c in r.choices] == [0, 1, 2]
     assert all(c.finish_reason == "tool_calls" for c in r.choices)
-    assert policy.calls[before:] == [(3, policy.calls[-1][1])]
-    assert r.usage.completion_tokens == 3 * (len("Let me check. " + CALL) + 1)
+    ((rows, _, seeds),) = policy.calls[before:]
+    assert rows == 3 and seeds is not None and len(set(seeds)) == 3  # one stream per choice
+    reply_tokens = len(policy.tokenizer.encode("Let me check. " + CALL, add_special_tokens=False)) + 1  # + the stop token
+    assert r.usage.completion_tokens == 3 * reply_tokens
 
 
 def test_concurrent_requests_share_a_batch(base_url: str, policy: ScriptedPolicy) -> None:
@@ -169,7 +176,7 @@ def test_concurrent_requests_share_a_batch(base_url: str, policy: ScriptedPolicy
 
     before = len(policy.calls)
     assert asyncio.run(burst()) == ["Hello there."] * 6
-    sizes = [rows for rows, _ in policy.calls[before:]]
+    sizes = [rows for rows, *_ in policy.calls[before:]]
     assert sum(sizes) == 6 and len(sizes) < 6 and max(sizes) >= 2, sizes
 
 
@@ -199,7 +206,7 @@ def test_bad_requests_get_openai_errors(client: openai.OpenAI, body: dict, param
 
 def test_context_overflow_code_and_unknown_model(client: openai.OpenAI, base_url: str) -> None:
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x" * 3000}])
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": " ".join(str(i) for i in range(2000))}])
     assert info.value.code == "context_length_exceeded"
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])

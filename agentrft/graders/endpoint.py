@@ -1,0 +1,131 @@
+"""`endpoint` (Agent RFT): the user's own HTTP reward service grades the whole rollout.
+
+    {"type": "endpoint", "name": "env", "url": "https://my-env.example.com/grade",
+     "headers": {"Authorization": "Bearer ..."}, "rate_limit": 20, "timeout_s": 60}
+
+Request:  POST url  {"sample": {...}, "item": {...}, "trace_id": "trace_..."}
+Response: {"score": <float>}   (optionally "sub_scores": {name: float} and "metrics": {...})
+
+`trace_id` is the rollout's, so a server that kept per-rollout state for its tools (see
+agentrft.tools.envkit) can inspect it. Retries follow the tool rule, through the same code
+(`post_with_retries`): 5xx, timeouts, connection errors and replies without a numeric
+`score` are retried `retries` times (default 3) with backoff, then the sample is discarded
+with `unresponsive_reward_error`. A 4xx, or a request over 1 MiB, flags
+`endpoint_grader_client_error`. `rate_limit` caps requests per second from this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field
+
+from agentrft.errors import GraderUnavailable
+from agentrft.graders.protocol import agrade_safely, checked_score, failed, http_client, run_sync
+from agentrft.graders.spec import BuildContext, Strict
+from agentrft.types import Grade
+
+
+class EndpointSpec(Strict):
+    type: Literal["endpoint"]
+    name: str = "endpoint"
+    url: str = Field(pattern=r"^https?://")
+    headers: dict[str, str] = Field(default_factory=dict)
+    rate_limit: float | None = Field(default=None, gt=0)  # requests per second
+    timeout_s: float = Field(default=60.0, gt=0)
+    retries: int = Field(default=3, ge=0)
+    backoff_s: float = Field(default=0.5, ge=0)
+
+
+def _reply(data: bytes) -> dict[str, Any]:
+    """The parsed reply; ValueError (retried, then discarded) when it holds no usable score."""
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict) or "score" not in obj:
+        raise ValueError('expected {"score": <float>}')
+    checked_score(obj["score"])
+    return obj
+
+
+class EndpointGrader:
+    """Picklable: the HTTP client comes from the event loop (see protocol.http_client)."""
+
+    type = "endpoint"
+
+    def __init__(self, spec: EndpointSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self._next_slot = 0.0
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "name": self.name}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["spec"])  # type: ignore[misc]
+
+    async def _wait_for_slot(self) -> None:
+        """Space requests 1/rate_limit seconds apart, across all coroutines and threads."""
+        if self.spec.rate_limit is None:
+            return
+        with self._lock:
+            now = time.monotonic()
+            slot = max(now, self._next_slot)
+            self._next_slot = slot + 1.0 / self.spec.rate_limit
+        if slot > now:
+            await asyncio.sleep(slot - now)
+
+    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+        return run_sync(self.agrade(sample, item, trace_id))
+
+    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+        return await agrade_safely(lambda: self._post(sample, item, trace_id))
+
+    async def _post(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str) -> Grade:
+        from agentrft.tools.http import (
+            MAX_PAYLOAD_BYTES,
+            PayloadTooLarge,
+            new_client,
+            post_with_retries,
+        )
+
+        body = json.dumps({"sample": sample, "item": item, "trace_id": trace_id}, ensure_ascii=False, default=str).encode()
+        if len(body) > MAX_PAYLOAD_BYTES:
+            return failed("endpoint_grader_client_error", f"the grading request is {len(body)} bytes, over the 1 MiB limit (413); not sent")
+        await self._wait_for_slot()
+        client = http_client.get()
+        own = client is None
+        client = client or new_client(4)
+        try:
+            reply = await post_with_retries(
+                client, self.spec.url, body, headers=self.spec.headers, timeout=self.spec.timeout_s,
+                retries=self.spec.retries, backoff_s=self.spec.backoff_s, error_cls=GraderUnavailable, validate=_reply,
+            )
+        except GraderUnavailable as exc:
+            return failed("unresponsive_reward_error", str(exc))
+        except PayloadTooLarge:
+            return failed("endpoint_grader_client_error", f"{self.spec.url}: the reply is over 1 MiB (413)")
+        finally:
+            if own:
+                await client.aclose()
+        if reply.status >= 400:
+            return failed("endpoint_grader_client_error", f"{self.spec.url}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}")
+        obj = _reply(reply.body)
+        subs: dict[str, Any] = obj["sub_scores"] if isinstance(obj.get("sub_scores"), dict) else {}
+        metrics: dict[str, Any] = obj["metrics"] if isinstance(obj.get("metrics"), dict) else {}
+        return Grade(
+            float(obj["score"]),
+            {str(k): float(v) for k, v in subs.items() if isinstance(v, int | float) and not isinstance(v, bool)},
+            {**metrics, "attempts": reply.attempts, "latency_s": reply.latency_s},
+        )
+
+
+def build(spec: EndpointSpec, path: str, ctx: BuildContext) -> EndpointGrader:
+    return EndpointGrader(spec)

@@ -1,0 +1,116 @@
+"""`file_f1` (agentrft): set F1 of the paths a rollout selected against the expected ones.
+
+    {"type": "file_f1", "name": "files", "input": "{{sample.output_text}}",
+     "reference": "{{item.files}}"}
+
+`input` is read as a JSON list of paths when it is one; otherwise it is split on newlines,
+commas and whitespace, with list bullets, numbering, backticks and quotes stripped and
+`./` normalised away. `reference` is a list (templated straight from the item) or a string
+read the same way. Both sets empty scores 1.0; exactly one empty scores 0.0.
+Example: selected {src/auth.py, README.md} vs expected {src/auth.py, tests/test_auth.py}
+-> precision 0.5, recall 0.5, F1 0.5.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from agentrft.graders.protocol import failed, grade_safely
+from agentrft.graders.spec import BuildContext, Strict
+from agentrft.graders.template import (
+    MissingItemField,
+    as_text,
+    check_template,
+    render,
+    render_value,
+)
+from agentrft.types import Grade
+
+_SPLIT = re.compile(r"[\s,]+")
+_BULLET = re.compile(r"^(?:[-*+\u2022]|\d+[.)])(?=\s|$)")
+_STRIP = "`'\"[](){}<>;:"
+
+
+class FileF1Spec(Strict):
+    type: Literal["file_f1"]
+    name: str = "file_f1"
+    input: str = "{{sample.output_text}}"
+    reference: str | list[str]
+
+
+def normalize_path(raw: str) -> str:
+    p = raw.strip().strip(_STRIP).strip()
+    if p.endswith(".") and not p.endswith(".."):  # "... and README.md." ends a sentence
+        p = p.rstrip(".")
+    if not p:
+        return ""
+    p = posixpath.normpath(p.replace("\\", "/"))
+    return "" if p == "." else p
+
+
+def parse_paths(value: Any) -> set[str]:
+    """Paths from a list, a JSON list, or free text (one path per line/comma/space)."""
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            decoded = None
+        if isinstance(decoded, list):
+            value = decoded
+    if isinstance(value, list | tuple):
+        return {p for p in (normalize_path(as_text(v)) for v in value) if p}
+    paths: set[str] = set()
+    for line in as_text(value).splitlines():
+        if line.strip().startswith("```"):
+            continue
+        line = _BULLET.sub("", line.strip())
+        paths.update(p for p in (normalize_path(t) for t in _SPLIT.split(line)) if p)
+    return paths
+
+
+def set_f1(selected: Iterable[str], expected: Iterable[str]) -> tuple[float, float, float]:
+    """(f1, precision, recall); 1.0 for two empty sets."""
+    s, e = set(selected), set(expected)
+    if not s and not e:
+        return 1.0, 1.0, 1.0
+    hit = len(s & e)
+    precision = hit / len(s) if s else 0.0
+    recall = hit / len(e) if e else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return f1, precision, recall
+
+
+class FileF1Grader:
+    type = "file_f1"
+
+    def __init__(self, spec: FileF1Spec) -> None:
+        self.spec = spec
+        self.name = spec.name
+
+    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+        return grade_safely(lambda: self._grade(sample, item))
+
+    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+        return self.grade(sample, item, trace_id)
+
+    def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
+        ns = {"sample": sample, "item": item}
+        try:
+            selected = parse_paths(render_value(self.spec.input, ns))
+            ref = self.spec.reference
+            expected = parse_paths([render(r, ns) for r in ref] if isinstance(ref, list) else render_value(ref, ns))
+        except MissingItemField as exc:
+            return failed("invalid_variable_error", str(exc))
+        f1, precision, recall = set_f1(selected, expected)
+        return Grade(f1, {"precision": precision, "recall": recall}, {"selected": sorted(selected), "expected": sorted(expected)})
+
+
+def build(spec: FileF1Spec, path: str, ctx: BuildContext) -> FileF1Grader:
+    check_template(spec.input, f"{path}.input")
+    for i, r in enumerate([spec.reference] if isinstance(spec.reference, str) else spec.reference):
+        check_template(r, f"{path}.reference" + ("" if isinstance(spec.reference, str) else f"[{i}]"))
+    return FileF1Grader(spec)

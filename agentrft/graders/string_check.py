@@ -1,0 +1,73 @@
+"""`string_check` (OpenAI): 1.0 or 0.0 from comparing two templated strings.
+
+    {"type": "string_check", "name": "...", "input": "{{sample.output_text}}",
+     "reference": "{{item.answer}}", "operation": "eq" | "ne" | "like" | "ilike"}
+
+eq/ne: exact (in)equality, case-sensitive. like: input contains reference. ilike: the same,
+case-insensitive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import field_validator
+
+from agentrft.graders.protocol import failed, grade_safely
+from agentrft.graders.spec import BuildContext, Strict
+from agentrft.graders.template import MissingItemField, check_template, render
+from agentrft.types import Grade
+
+
+class StringCheckSpec(Strict):
+    type: Literal["string_check"]
+    name: str = "string_check"
+    input: str
+    reference: str
+    operation: Literal["eq", "ne", "like", "ilike"]
+
+    @field_validator("operation", mode="before")
+    @classmethod
+    def _hint(cls, v: Any) -> Any:
+        if v == "neq":
+            raise ValueError('"neq" is written "ne" in the grader JSON')
+        return v
+
+
+def compare(operation: str, text: str, reference: str) -> bool:
+    if operation == "eq":
+        return text == reference
+    if operation == "ne":
+        return text != reference
+    if operation == "like":
+        return reference in text
+    return reference.casefold() in text.casefold()  # ilike
+
+
+class StringCheckGrader:
+    type = "string_check"
+
+    def __init__(self, spec: StringCheckSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+
+    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+        return grade_safely(lambda: self._grade(sample, item))
+
+    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+        return self.grade(sample, item, trace_id)
+
+    def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
+        ns = {"sample": sample, "item": item}
+        try:
+            text, ref = render(self.spec.input, ns), render(self.spec.reference, ns)
+        except MissingItemField as exc:
+            return failed("invalid_variable_error", str(exc))
+        return Grade(1.0 if compare(self.spec.operation, text, ref) else 0.0)
+
+
+def build(spec: StringCheckSpec, path: str, ctx: BuildContext) -> StringCheckGrader:
+    check_template(spec.input, f"{path}.input")
+    check_template(spec.reference, f"{path}.reference")
+    return StringCheckGrader(spec)

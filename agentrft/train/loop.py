@@ -1,0 +1,235 @@
+"""The training loop, top to bottom:
+
+    rows -> rollouts (policy <-> tools) -> grades -> group advantages -> update -> checkpoint -> eval
+
+Everything else is a helper this file calls. One step takes `batch_size` rows, runs a group
+of rollouts per row, grades every rollout with the user's grader, turns rewards into
+group-relative advantages (groups with no reward spread are skipped) and takes one
+optimiser step on the sampled tokens. Checkpoints make the run resumable to the exact step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrft.console import console, progress_bar
+from agentrft.data import load_dataset
+from agentrft.errors import AgentRFTError
+from agentrft.evaluate.eval import (
+    eval_results,
+    graded_records,
+    reward_of,
+    reward_stats,
+    rollout_and_grade,
+)
+from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
+from agentrft.policy.hf import HFPolicy
+from agentrft.rollout.batching import BatchedSampler
+from agentrft.rollout.group import sampling_params, settings_from_job
+from agentrft.train.advantages import group_advantages, has_signal
+from agentrft.train.checkpoint import (
+    TrainState,
+    export_final,
+    latest_checkpoint,
+    load_checkpoint,
+    make_optimizer,
+    make_trainable,
+    save_checkpoint,
+)
+from agentrft.train.loss import LossConfig
+from agentrft.train.observe import RunLog
+from agentrft.train.update import Scored, UpdateConfig, update_policy
+from agentrft.types import Group, Item
+
+
+class TrainingAborted(AgentRFTError):
+    """Too many rollouts of a step failed; continuing would train on a biased sample."""
+
+
+def batch_rows(items: list[Item], hp: Resolved, step: int, seed: int) -> list[Item]:
+    """The rows of `step`: each epoch is a fresh seeded permutation, read in order."""
+    epoch, k = divmod(step, hp.steps_per_epoch)
+    order = list(range(len(items)))
+    random.Random(seed * 7919 + epoch).shuffle(order)
+    return [items[i] for i in order[k * hp.batch_size : (k + 1) * hp.batch_size]]
+
+
+def advantages(groups: list[Group], normalize_std: bool) -> tuple[list[Scored], dict[str, float]]:
+    """Rollouts with a non-zero advantage, ready for the update; discarded and failed-grade
+    rollouts (NaN reward) never enter the group statistics."""
+    scored: list[Scored] = []
+    zero_signal = 0
+    for g in groups:
+        rewards = torch.tensor([reward_of(gr) for gr in g.grades], dtype=torch.float64)
+        if not has_signal(rewards):
+            zero_signal += 1
+            continue
+        for traj, adv in zip(g.trajectories, group_advantages(rewards, normalize_std).tolist(), strict=True):
+            if not math.isnan(adv) and adv != 0.0:
+                scored.append(Scored.from_trajectory(traj, adv))
+    return scored, {"groups/zero_signal": float(zero_signal), "groups/with_signal": float(len(groups) - zero_signal)}
+
+
+def check_failures(groups: list[Group], step: int, limit: float) -> dict[str, float]:
+    trajs = [t for g in groups for t in g.trajectories]
+    discarded = [t for t in trajs if t.discarded]
+    failed = [gr for g in groups for gr in g.grades if gr is not None and gr.error]
+    share = (len(discarded) + len(failed)) / max(1, len(trajs))
+    if share > limit:
+        reasons = sorted({(t.discarded or "")[:160] for t in discarded} | {f"grader: {gr.error}" for gr in failed})
+        raise TrainingAborted(f"step {step}: {len(discarded)} rollouts discarded and {len(failed)} grades failed out of {len(trajs)} (> {limit:.0%}). Reasons:\n  " + "\n  ".join(reasons[:10]))
+    return {"rollouts/discarded": float(len(discarded)), "rollouts/grader_errors": float(len(failed))}
+
+
+@dataclass
+class Setup:
+    job: Job
+    hp: Resolved
+    policy: HFPolicy
+    model: Any
+    optimizer: torch.optim.Optimizer
+    grader: Any
+    train_items: list[Item]
+    val_items: list[Item] | None
+    state: TrainState
+
+
+def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
+    """Validate everything first (datasets, grader), then load the model and any checkpoint."""
+    from agentrft.graders import build_grader
+
+    train_items = load_dataset(job.training_path)
+    val_items = load_dataset(job.validation_path) if job.validation_path else None
+    grader = build_grader(job.rl.grader, judge=job.agentrft.judge)
+    hp = resolve_hyperparameters(job, len(train_items))
+    ext = job.agentrft
+    policy = HFPolicy.load(job.model, ext.device, ext.dtype)
+    model = make_trainable(policy.model, ext.train, job.seed)
+    policy.model = model  # rollouts sample from the model being trained
+    optimizer = make_optimizer(model, hp.learning_rate, ext.train.weight_decay)
+    state = TrainState(step=0, seed=job.seed)
+    if resume:
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise AgentRFTError(f"{run_dir}: no checkpoint to resume from")
+        state = load_checkpoint(ckpt, model, optimizer)
+        console.print(f"resuming from {ckpt.name} (step {state.step})")
+    return Setup(job, hp, policy, model, optimizer, grader, train_items, val_items, state)
+
+
+def evaluate(s: Setup, settings: Any, env_url: str | None, log: RunLog, step: int) -> dict[str, Any]:
+    assert s.val_items is not None
+    ext = s.job.agentrft
+    temp = ext.train.eval_temperature
+    params = sampling_params(s.job, seed=s.job.seed + 1_000_000 + step, temperature=temp)
+    sampler = BatchedSampler(s.policy, params, max_batch=ext.sampling.max_batch)
+    with progress_bar(f"eval at step {step}", len(s.val_items) * s.hp.eval_samples) as advance:
+        groups, _ = asyncio.run(rollout_and_grade(s.val_items, s.hp.eval_samples, settings, sampler, s.grader, env_url, advance))
+    res = eval_results(groups)
+    log.rollouts(f"eval-step-{step}", graded_records(groups, step=step))
+    return res
+
+
+def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
+    from agentrft.cli import job_environment
+    from agentrft.graders import tool_call_limit
+    from agentrft.rollout.records import summarize
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    s = prepare(job, run_dir, resume)
+    hp, ext = s.hp, job.agentrft
+    console.print(f"[bold]agentrft train[/] {job.source} -> {run_dir}")
+    for name, how in hp.notes.items():
+        console.print(f"  {name}: {how}")
+    (run_dir / "hyperparameters.json").write_text(json.dumps({**{k: v for k, v in vars(hp).items() if k != "notes"}, "notes": hp.notes}, indent=2))
+    log = RunLog(run_dir, resume_from_step=s.state.step if resume else None)
+    clip_high = ext.train.clip_high if ext.train.clip_high is not None else (0.28 if ext.train.loss == "dapo" else ext.train.clip_low)
+    ucfg = UpdateConfig(
+        loss=LossConfig(ext.train.loss, ext.train.clip_low, clip_high, ext.train.kl_coef),
+        temperature=ext.sampling.temperature if ext.sampling.temperature > 0 else 1.0,
+        ppo_epochs=ext.train.ppo_epochs, micro_batch_tokens=ext.train.micro_batch_tokens,
+        max_grad_norm=ext.train.max_grad_norm, max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
+        bf16=ext.dtype == "bf16",
+    )
+    with job_environment(job) as env_url:
+        settings = settings_from_job(job, s.policy, env_url)
+        budget = tool_call_limit(s.grader)
+        if budget is not None and (settings.max_tool_calls is None or budget < settings.max_tool_calls):
+            settings = dataclasses.replace(settings, max_tool_calls=budget)  # stop at call N+1: its grade is -1
+        if s.val_items and s.state.step == 0:
+            res = evaluate(s, settings, env_url, log, 0)
+            log.log(0, {"eval": res})
+            console.print(f"step 0 eval: reward {res['reward']['mean']:.3f}  tool calls p50 {res['tool_calls']['p50']:.0f} p95 {res['tool_calls']['p95']:.1f}")
+        for step in range(s.state.step, hp.total_steps):
+            t0 = time.perf_counter()
+            rows = batch_rows(s.train_items, hp, step, job.seed)
+            # 1. rollouts and 2. grades
+            params = sampling_params(job, seed=job.seed * 100_003 + step)
+            sampler = BatchedSampler(s.policy, params, max_batch=ext.sampling.max_batch)
+            with progress_bar(f"step {step + 1}/{hp.total_steps} rollouts", len(rows) * hp.group_size) as advance:
+                groups, times = asyncio.run(rollout_and_grade(rows, hp.group_size, settings, sampler, s.grader, env_url, advance))
+            failures = check_failures(groups, step + 1, ext.train.max_failed_fraction)
+            # 3. advantages (group-relative; no spread, no signal)
+            scored, adv_stats = advantages(groups, normalize_std=ext.train.loss != "dr_grpo")
+            # 4. update
+            upd = update_policy(s.model, s.optimizer, scored, ucfg)
+            s.state.step = step + 1
+            trajs = [t for g in groups for t in g.trajectories]
+            metrics: dict[str, Any] = {
+                **reward_stats(groups), **failures, **adv_stats, **upd, **times,
+                "rollouts": summarize(trajs), "time/step_s": time.perf_counter() - t0,
+                "sampler/batches": sampler.stats.batches, "sampler/mean_batch": sampler.stats.rows / max(1, sampler.stats.batches),
+                "epoch": step // hp.steps_per_epoch,
+            }
+            log.rollouts(f"step-{s.state.step}", graded_records(groups, step=s.state.step))
+            # 5. checkpoint
+            if s.state.step % ext.train.checkpoint_interval == 0 or s.state.step == hp.total_steps:
+                save_checkpoint(run_dir, s.model, s.optimizer, s.state)
+            # 6. eval
+            if s.val_items and hp.eval_interval and (s.state.step % hp.eval_interval == 0 or s.state.step == hp.total_steps):
+                metrics["eval"] = evaluate(s, settings, env_url, log, s.state.step)
+            log.log(s.state.step, metrics)
+            _print_step(s.state.step, hp.total_steps, metrics)
+    log.close()
+    merged = export_final(run_dir, s.model, s.policy.tokenizer)
+    console.print(f"done: {run_dir}  (merged model: {merged})")
+    return run_dir
+
+
+def _print_step(step: int, total: int, m: dict[str, Any]) -> None:
+    r = m["reward"]
+    calls = m["rollouts"]["tool_calls"]
+    line = (
+        f"step {step}/{total}  reward {r['mean']:.3f}±{r['std']:.3f}  calls p50 {calls['p50']:.0f} p95 {calls['p95']:.1f}  "
+        f"signal {int(m['groups/with_signal'])}/{int(m['groups/with_signal'] + m['groups/zero_signal'])}  "
+        f"discarded {int(m['rollouts/discarded'])}  "
+        f"time {m['time/sampling_s']:.0f}+{m['time/grading_s']:.0f}+{m.get('time/update_s', 0):.0f}s"
+    )
+    if "eval" in m:
+        line += f"  | eval reward {m['eval']['reward']['mean']:.3f}"
+    console.print(line)
+
+
+def start(job_path: str, run_dir: str | None = None, resume: str | None = None) -> Path:
+    """CLI entry: a new run from a job file, or `--resume RUN_DIR`."""
+    if resume:
+        rd = Path(resume)
+        meta = json.loads((rd / "run.json").read_text())
+        job = job_from_dict(json.loads((rd / "job.json").read_text()), source=meta["job_source"], base_dir=Path(meta["base_dir"]))
+        return train(job, rd, resume=True)
+    job = load_job(job_path)
+    rd = Path(run_dir) if run_dir else Path(job.agentrft.output_dir) / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+    rd.mkdir(parents=True, exist_ok=True)
+    (rd / "job.json").write_text(json.dumps(job.model_dump(mode="json"), indent=2))
+    (rd / "run.json").write_text(json.dumps({"job_source": str(Path(job_path).resolve()), "base_dir": str(job.resolve_path(".").resolve()), "model": job.model}))
+    return train(job, rd)

@@ -1,0 +1,165 @@
+"""The weight update: score the sampled tokens of graded rollouts and take an optimiser step.
+
+Only SAMPLED tokens enter the loss: prompt, template, tool output and prefill tokens are
+context. Logits are computed only at the positions that predict a sampled token (the
+language-model head over the whole sequence would cost far more memory than the model).
+Micro-batches bounded by `micro_batch_tokens` accumulate gradients, so a large batch trains
+in bounded memory with exactly the full-batch gradient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentrft.train.loss import LossConfig, policy_loss
+from agentrft.types import Origin, Trajectory
+
+
+@dataclass(frozen=True)
+class UpdateConfig:
+    loss: LossConfig
+    temperature: float = 1.0
+    ppo_epochs: int = 1
+    micro_batch_tokens: int = 4096
+    max_grad_norm: float = 1.0
+    max_tokens_per_episode: int = 1024  # dr_grpo's constant normaliser
+    bf16: bool = True
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One rollout ready for the update: its context and which tokens to score."""
+
+    tokens: list[int]
+    targets: list[int]  # positions t (>= 1) whose token was sampled
+    sampler_logp: list[float]  # log-probs recorded at sampling, aligned with targets
+    advantage: float
+
+    @classmethod
+    def from_trajectory(cls, traj: Trajectory, advantage: float) -> Scored:
+        targets = [t for t, o in enumerate(traj.origins) if o == Origin.SAMPLED and t > 0]
+        return cls(list(traj.tokens), targets, [traj.logprobs[t] for t in targets], advantage)
+
+
+def micro_batches(items: Sequence[Scored], max_tokens: int) -> list[list[int]]:
+    """Indices grouped so that (rows x longest row) stays under max_tokens; longest first."""
+    order = sorted(range(len(items)), key=lambda i: -len(items[i].tokens))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * len(items[batches[-1][0]].tokens) <= max_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def _parts(model: Any) -> tuple[Any, Any]:
+    """(decoder backbone, output head) of a causal LM, through a peft wrapper if any."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def _autocast(enabled: bool, device: torch.device) -> Any:
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+
+
+def token_logprobs(model: Any, items: Sequence[Scored], temperature: float, bf16: bool, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and optionally entropies) of every target token of `items`, flattened in
+    order. Right-padded batch; logits only at the positions that predict a target."""
+    decoder, head = _parts(model)
+    device = next(model.parameters()).device
+    width = max(len(it.tokens) for it in items)
+    ids = torch.zeros((len(items), width), dtype=torch.long)
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    rows, cols, tgt = [], [], []
+    for b, it in enumerate(items):
+        ids[b, : len(it.tokens)] = torch.tensor(it.tokens)
+        mask[b, : len(it.tokens)] = 1
+        rows += [b] * len(it.targets)
+        cols += [t - 1 for t in it.targets]  # position t-1 predicts token t
+        tgt += [it.tokens[t] for t in it.targets]
+    with _autocast(bf16, device):
+        hidden = decoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        logits = head(hidden[torch.tensor(rows), torch.tensor(cols)])
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, torch.tensor(tgt, device=device)[:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return logp, entropy
+
+
+@contextlib.contextmanager
+def reference_model(model: Any) -> Iterator[Any]:
+    """The reference policy: with LoRA, the same model with its adapter switched off."""
+    if hasattr(model, "disable_adapter"):
+        with model.disable_adapter():
+            yield model
+    else:
+        raise ValueError("kl_coef > 0 needs a reference; with full fine-tuning that is not supported yet (use LoRA)")
+
+
+def update_policy(model: Any, optimizer: torch.optim.Optimizer, items: Sequence[Scored], cfg: UpdateConfig) -> dict[str, float]:
+    """One RL update on `items` (rollouts with non-zero advantage). Returns metrics."""
+    t0 = time.perf_counter()
+    device = next(model.parameters()).device
+    n_tokens = sum(len(it.targets) for it in items)
+    if not items or n_tokens == 0:
+        return {"update/skipped": 1.0}
+    normalizer = float(len(items) * cfg.max_tokens_per_episode) if cfg.loss.variant == "dr_grpo" else float(n_tokens)
+    batches = micro_batches(items, cfg.micro_batch_tokens)
+
+    def flat(values: Sequence[float] | list[list[float]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float32, device=device)
+
+    model.eval()
+    old: dict[int, torch.Tensor] = {}
+    ref: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for k, idx in enumerate(batches):
+            sub = [items[i] for i in idx]
+            if cfg.ppo_epochs > 1:
+                old[k] = token_logprobs(model, sub, cfg.temperature, cfg.bf16)[0]
+            if cfg.loss.kl_coef > 0:
+                with reference_model(model) as ref_model:
+                    ref[k] = token_logprobs(ref_model, sub, cfg.temperature, cfg.bf16)[0]
+    model.train()
+    stats = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0, "sampler_drift": 0.0, "grad_norm": 0.0}
+    for epoch in range(cfg.ppo_epochs):
+        optimizer.zero_grad(set_to_none=True)
+        for k, idx in enumerate(batches):
+            sub = [items[i] for i in idx]
+            logp, entropy = token_logprobs(model, sub, cfg.temperature, cfg.bf16, with_entropy=epoch == 0)
+            adv = flat([it.advantage for it in sub for _ in it.targets])
+            old_logp = old[k] if cfg.ppo_epochs > 1 else logp.detach()
+            parts = policy_loss(logp, old_logp, adv, normalizer, cfg.loss, ref.get(k))
+            parts.loss.backward()
+            stats["loss"] += float(parts.loss.detach()) / cfg.ppo_epochs
+            if epoch == cfg.ppo_epochs - 1:
+                stats["clipped"] += float(parts.clipped_tokens)
+                stats["kl"] += float(parts.kl_sum)
+            if epoch == 0:
+                assert entropy is not None
+                stats["entropy"] += float(entropy.detach().sum())
+                sampler = flat([lp for it in sub for lp in it.sampler_logp])
+                stats["sampler_drift"] += float((logp.detach() - sampler).abs().sum())
+        params = [p for p in model.parameters() if p.requires_grad]
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        optimizer.step()
+    model.eval()
+    return {
+        "train/loss": stats["loss"],
+        "train/entropy": stats["entropy"] / n_tokens,
+        "train/clip_fraction": stats["clipped"] / n_tokens,
+        "train/kl": stats["kl"] / n_tokens,
+        "train/logprob_drift_vs_sampler": stats["sampler_drift"] / n_tokens,  # mean |train - sampler| log-prob
+        "train/grad_norm": stats["grad_norm"],
+        "train/tokens": float(n_tokens),
+        "train/rollouts": float(len(items)),
+        "train/micro_batches": float(len(batches)),
+        "time/update_s": time.perf_counter() - t0,
+    }

@@ -1,0 +1,163 @@
+"""`agentrft data from-git`: rows, filters, drop reasons and the time split, on a repository
+built commit by commit in a temporary directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentrft.cli import main
+from agentrft.data import load_dataset
+from agentrft.data.from_git import build_dataset, parse_log, split_by_time
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture
+def history(make_repo):
+    """A history with one commit for each case; returns (repo, {label: sha})."""
+    r = make_repo()
+    sha = {}
+    r.write("a.py", "print('a')\n" * 20)
+    r.write("b.py", "b = 1\n")
+    r.write("docs/x.md", "# docs\n")
+    r.write("bin.dat", b"\x00\x01\x02binary")
+    r.write("package-lock.json", "{}\n")
+    r.write("vendor/lib.js", "lib\n")
+    sha["root"] = r.commit("Initial import")
+    r.git("mv", "a.py", "c.py")
+    sha["rename"] = r.commit("Rename a to c\n\nThe module is called c now.")
+    r.remove("b.py")
+    sha["delete"] = r.commit("Remove b")
+    r.write("bin.dat", b"\x00\x09\x09changed")
+    r.write("ünïcode dir/файл.py", "x = 'ü'\n")
+    sha["binary_unicode"] = r.commit("Update blob and add ünïcode module ✓")
+    r.write("docs/x.md", "# docs\nmore\n")
+    sha["empty_message"] = r.commit("")
+    for i in range(9):
+        r.write(f"many/f{i}.py", f"{i}\n")
+    sha["too_many"] = r.commit("Add nine files")
+    r.write("package-lock.json", '{"v": 2}\n')
+    r.write("vendor/lib.js", "lib 2\n")
+    sha["locks_only"] = r.commit("Bump dependencies")
+    r.write("package-lock.json", '{"v": 3}\n')
+    r.write("c.py", "print('c')\n")
+    sha["lock_and_code"] = r.commit("Use c in c.py")
+    r.git("checkout", "-q", "-b", "side")
+    r.write("s.py", "s = 1\n")
+    sha["side"] = r.commit("Side change")
+    r.git("checkout", "-q", "main")
+    r.minute += 1
+    r.git("merge", "-q", "--no-ff", "side", "-m", "Merge side")
+    sha["merge"] = r.git("rev-parse", "HEAD")
+    r.write("docs/x.md", "# docs\nfixed\n")
+    sha["docs"] = r.commit("Fix docs\n\nweird\tchars \x1e and \u2028 kept")
+    sha["empty_commit"] = r.commit("Nothing changed", allow_empty=True)
+    return r, sha
+
+
+def test_rows_drops_and_time_split(history, tmp_path):
+    repo, sha = history
+    report = build_dataset(repo.path, tmp_path / "out", val_fraction=0.5)
+    train = read_rows(tmp_path / "out" / "train.jsonl")
+    val = read_rows(tmp_path / "out" / "val.jsonl")
+
+    assert report.seen == 12
+    assert dict(report.dropped) == {"merge": 1, "root_commit": 1, "empty_message": 1, "no_files": 1,
+                                   "no_files_left": 1, "too_many_files": 1}
+    assert report.files_excluded == 1  # package-lock.json of "Use c in c.py"
+    # oldest first; the newest half is validation (future changes)
+    assert [r["commit"] for r in train] == [sha["rename"], sha["delete"], sha["binary_unicode"]]
+    assert [r["commit"] for r in val] == [sha["lock_and_code"], sha["side"], sha["docs"]]
+
+    rows = {r["commit"]: r for r in train + val}
+    assert rows[sha["rename"]]["files"] == ["c.py"]
+    assert rows[sha["rename"]]["renamed_from"] == {"c.py": "a.py"}
+    assert rows[sha["rename"]]["messages"] == [{"role": "user", "content": "Rename a to c\n\nThe module is called c now."}]
+    assert rows[sha["delete"]]["files"] == ["b.py"]
+    assert rows[sha["binary_unicode"]]["files"] == ["bin.dat", "ünïcode dir/файл.py"]
+    assert rows[sha["binary_unicode"]]["messages"][0]["content"] == "Update blob and add ünïcode module ✓"
+    assert rows[sha["lock_and_code"]]["files"] == ["c.py"]
+    assert rows[sha["side"]]["parent"] == sha["lock_and_code"]
+    assert "\x1e" in rows[sha["docs"]]["messages"][0]["content"] and "\u2028" in rows[sha["docs"]]["messages"][0]["content"]
+    for row in train + val:
+        assert row["repo"] == str(repo.path.resolve())
+        assert row["parent"] == repo.git("rev-parse", row["commit"] + "^")
+        assert row["renamed_from"] == {} or row["commit"] == sha["rename"]
+    # the files load as agentrft datasets, item fields intact
+    items = load_dataset(tmp_path / "out" / "train.jsonl")
+    assert items[0].fields["files"] == ["c.py"] and items[0].messages[-1]["role"] == "user"
+
+
+def test_filters_and_limits(history, tmp_path):
+    repo, sha = history
+    report = build_dataset(repo.path, tmp_path / "a", max_files=9, default_excludes=False, val_fraction=0)
+    rows = {r["commit"]: r for r in read_rows(tmp_path / "a" / "train.jsonl")}
+    assert len(rows[sha["too_many"]]["files"]) == 9
+    assert rows[sha["locks_only"]]["files"] == ["package-lock.json", "vendor/lib.js"]
+    assert rows[sha["lock_and_code"]]["files"] == ["c.py", "package-lock.json"]
+    assert report.val == 0 and (tmp_path / "a" / "val.jsonl").read_text() == ""
+
+    report = build_dataset(repo.path, tmp_path / "b", include=["docs/", "*.py"], exclude=["many/", "c.py"])
+    rows_b = read_rows(tmp_path / "b" / "train.jsonl") + read_rows(tmp_path / "b" / "val.jsonl")
+    assert sorted(f for r in rows_b for f in r["files"]) == ["b.py", "docs/x.md", "s.py", "ünïcode dir/файл.py"]
+    assert report.dropped["no_files_left"] == 4  # rename (c.py), nine files, locks, lock+c.py
+
+
+def test_non_utf8_path_is_counted_not_crashed(make_repo, tmp_path):
+    r = make_repo()
+    r.write("a.txt")
+    r.commit("root")
+    r.write(b"bad\xffname.txt")
+    r.commit("Add a file with a Latin-1 name")
+    r.write("a.txt", "y\n")
+    r.commit("Change a")
+    report = build_dataset(r.path, tmp_path / "out", val_fraction=0)
+    assert report.dropped["non_utf8_path"] == 1 and report.kept == 1
+
+
+def test_split_is_by_time_not_by_listing_order():
+    rows = [(300, {"n": "c"}), (100, {"n": "a"}), (200, {"n": "b"}), (400, {"n": "d"}), (500, {"n": "e"})]
+    train, val = split_by_time(rows, 0.2)
+    assert [r["n"] for r in train] == ["a", "b", "c", "d"] and [r["n"] for r in val] == ["e"]
+    train, val = split_by_time(rows[:2], 0.01)  # two rows: each side gets one
+    assert len(train) == len(val) == 1
+    assert split_by_time(rows[:1], 0.5) == ([{"n": "c"}], [])
+
+
+def test_parse_log_handles_renames_and_separators():
+    data = (b"\x1e" + b"a" * 40 + b"\0" + b"b" * 40 + b"\0" + b"17\0subject\n\nbody\0\0\n"
+            b"R087\0old name\0new\nname\0D\0gone\0M\0bin.dat\0"
+            b"\x1e" + b"b" * 40 + b"\0\0" + b"16\0\0\0\nA\0first\0")
+    newest, root = parse_log(data)
+    assert newest.message == "subject\n\nbody" and newest.parents == ("b" * 40,) and newest.time == 17
+    assert [(c.status, c.path, c.old_path) for c in newest.changes] == [
+        ("R", b"new\nname", b"old name"), ("D", b"gone", None), ("M", b"bin.dat", None)]
+    assert root.parents == () and root.message == "" and [c.path for c in root.changes] == [b"first"]
+
+
+def test_cli_prints_summary_and_writes_files(history, tmp_path, capsys):
+    repo, _ = history
+    out = tmp_path / "cli"
+    assert main(["data", "from-git", str(repo.path), "--out", str(out), "--max-files", "9"]) == 0
+    printed = capsys.readouterr().out
+    assert "12 commits read, 7 kept" in printed
+    assert "merge commit" in printed and "empty commit message" in printed
+    assert "root commit" in printed and "every changed file excluded" in printed
+    assert (out / "train.jsonl").is_file() and (out / "val.jsonl").is_file()
+
+
+def test_cli_refuses_a_directory_that_is_not_a_repository(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert main(["data", "from-git", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "git rev-parse" in capsys.readouterr().err
+
+
+def test_bad_path_pattern_is_a_config_error(history, tmp_path, capsys):
+    repo, _ = history
+    assert main(["data", "from-git", str(repo.path), "--out", str(tmp_path / "o"), "--exclude", "!"]) == 2
+    assert "'!' is not valid gitignore syntax" in capsys.readouterr().err

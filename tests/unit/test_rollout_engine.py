@@ -1,0 +1,101 @@
+"""The rollout engine, token-in/token-out: what the model saw is what was recorded, only
+sampled tokens are trainable, and every stop rule ends the episode with its reason."""
+
+from __future__ import annotations
+
+import json
+
+from agentrft.job import ToolSpec
+from agentrft.policy import SamplingParams
+from agentrft.rollout.context import ChatRenderer
+from agentrft.rollout.episode import RolloutSettings
+from agentrft.rollout.group import run_groups
+from agentrft.tools import build_tools
+from agentrft.types import Item, Origin, StopReason
+from tests.conftest import ScriptedPolicy
+
+SPECS = [
+    ToolSpec(name="add", parameters={"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}, function="tests.unit.pytools:add"),
+]
+
+
+def call(a, b):
+    return f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
+
+
+def run(tokenizer, replies, n=1, sampling_max=200, few_shot=(), **settings):
+    renderer = ChatRenderer(tokenizer, SPECS, system_prompt="You add numbers.", few_shot_messages=few_shot)
+    rs = RolloutSettings(renderer, build_tools(SPECS, timeout_s=5, retries=0, backoff_s=0), **settings)
+    policy = ScriptedPolicy(tokenizer, replies, fewshot_turns=sum(m["role"] == "assistant" for m in few_shot))
+    items = [Item(0, ({"role": "user", "content": "What is 2 + 3, then + 4?"},), {}, "t:0")]
+    (group,) = run_groups(items, n, rs, policy, SamplingParams(max_tokens=sampling_max))
+    return group.trajectories, policy
+
+
+def test_recorded_tokens_are_exactly_what_the_model_saw(tokenizer):
+    few = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": call(1, 1)}, {"role": "tool", "content": "2"}, {"role": "assistant", "content": "2"}]
+    (traj,), policy = run(tokenizer, [call(2, 3)[len("<tool_call>"):], call(5, 4), "The answer is 9."], few_shot=few, prefill="<tool_call>")
+    assert all(c.error is None for c in traj.tool_calls)
+    assert traj.stop_reason == StopReason.FINAL_ANSWER and len(traj.turns) == 3
+    assert len(policy.prompts) == 3
+    for prompt in policy.prompts:  # every prompt is a prefix of the final record, unchanged
+        assert list(traj.tokens[: len(prompt)]) == prompt
+    # between prompts, only sampled tokens and inserted ones; the sampled ones are the model's
+    for k, prompt in enumerate(policy.prompts):
+        nxt = len(policy.prompts[k + 1]) if k + 1 < len(policy.prompts) else len(traj.tokens)
+        span = traj.origins[len(prompt):nxt]
+        n_sampled = sum(1 for o in span if o == Origin.SAMPLED)
+        assert n_sampled == traj.turns[k].sampled_tokens
+        assert all(o == Origin.SAMPLED for o in span[:n_sampled])  # sampled first, then glue
+        assert all(o != Origin.SAMPLED for o in span[n_sampled:])
+
+
+def test_only_sampled_tokens_are_trainable_and_carry_logprobs(tokenizer):
+    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefill="<tool_call>")
+    assert traj.turns[0].tool_calls[0].error is None
+    for o, lp in zip(traj.origins, traj.logprobs, strict=True):
+        assert (lp != 0.0) == (o == Origin.SAMPLED)
+    # the prefill is recorded as inserted, and the reply text includes it
+    assert traj.count(Origin.PREFILL) == len(tokenizer.encode("<tool_call>", add_special_tokens=False))
+    assert traj.turns[0].text.startswith("<tool_call>")
+    # the tool's output is in the context as TOOL_OUTPUT tokens
+    out_ids = [t for t, o in zip(traj.tokens, traj.origins, strict=True) if o == Origin.TOOL_OUTPUT]
+    assert tokenizer.decode(out_ids).strip() == "5"
+    assert traj.count(Origin.TEMPLATE) > 0 and traj.count(Origin.PROMPT) > 0
+
+
+def test_incremental_context_equals_a_full_render(tokenizer):
+    (traj,), _ = run(tokenizer, [call(2, 3) + call(1, 1), "Done: 5 and 2."])
+    renderer = ChatRenderer(tokenizer, SPECS, system_prompt="You add numbers.")
+    plain = [{"role": m["role"], "content": m["content"]} for m in traj.messages]
+    full = tokenizer.apply_chat_template(plain, tokenize=False)
+    assert tokenizer.decode(list(traj.tokens)) == full.rstrip("\n")
+    assert renderer is not None
+
+
+def test_prefill_only_on_first_reply_by_default(tokenizer):
+    (traj,), policy = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefill="<tool_call>")
+    assert traj.turns[0].tool_calls[0].error is None
+    assert not traj.turns[1].text.startswith("<tool_call>")
+    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefill="<tool_call>", prefill_all_turns=True)
+    assert traj.turns[1].text.startswith("<tool_call>")
+
+
+def test_stop_rules(tokenizer):
+    (t,), _ = run(tokenizer, [call(1, 2)], max_episode_steps=3)
+    assert t.stop_reason == StopReason.MAX_EPISODE_STEPS and len(t.turns) == 3
+    assert len(t.turns[-1].tool_results) == 1  # the last allowed turn's calls still ran
+    (t,), _ = run(tokenizer, [call(1, 2) + call(3, 4)], max_tool_calls=3)
+    assert t.stop_reason == StopReason.MAX_TOOL_CALLS and len(t.tool_calls) == 4 and len(t.tool_results) == 2
+    (t,), _ = run(tokenizer, ["word " * 50], max_tokens_per_turn=10)
+    assert t.stop_reason == StopReason.MAX_TOKENS and t.turns[-1].sampled_tokens == 10
+    (t,), _ = run(tokenizer, [call(1, 2)], max_tokens_per_episode=60)
+    assert t.stop_reason == StopReason.MAX_TOKENS and t.count(Origin.SAMPLED) <= 60
+    (t,), policy = run(tokenizer, [call(1, 2)], context_window=400)
+    assert t.stop_reason == StopReason.CONTEXT_OVERFLOW and len(t.tokens) <= 400
+
+
+def test_group_rollouts_have_distinct_trace_ids(tokenizer):
+    trajs, _ = run(tokenizer, [call(1, 2), "3"], n=4)
+    assert len({t.trace_id for t in trajs}) == 4
+    assert all(json.loads(t.tool_calls[0].arguments) == {"a": 1, "b": 2} for t in trajs)
