@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 from agentrft.rollout.records import summarize, to_record
-from agentrft.types import Grade, Item, StopReason, ToolCall, ToolResult, Trajectory, Turn
+from agentrft.types import Grade, Group, Item, StopReason, ToolCall, ToolResult, Trajectory, Turn
 
 NASTY = "<script>alert('x')</script> & <b>not bold</b>"
 
@@ -43,6 +43,16 @@ def eval_records(seed: int, calls_mean: int, reward_p: float, rows: int = 6, sam
             traj = trajectory(row, max(0, calls_mean + rng.randint(-1, 2)), rng)
             out.append(to_record(traj, Grade(float(rng.random() < reward_p))))
     return out
+
+
+def graded_groups(seed: int, calls_mean: int, reward_p: float, rows: int = 4, samples: int = 3) -> list[Group]:
+    """Groups of graded trajectories, as `agentrft eval` holds them before writing."""
+    rng = random.Random(seed)
+    groups = []
+    for row in range(rows):
+        trajs = tuple(trajectory(row, max(0, calls_mean + rng.randint(-1, 1)), rng) for _ in range(samples))
+        groups.append(Group(trajs[0].item, trajs, tuple(Grade(float(rng.random() < reward_p)) for _ in trajs)))
+    return groups
 
 
 def metrics_rows(steps: int = 12) -> list[dict[str, Any]]:

@@ -6,7 +6,11 @@
                             to the base model it names and merged for inference
     RUN_DIR                 a training run: its latest checkpoint, which is
                             `final/merged` (or `final/adapter`) once training finished,
-                            else the highest `checkpoints/step-N/{merged,adapter}`
+                            else the highest `checkpoints/step-N/{merged,adapter,model}`.
+                            The run's base model is the one `RUN_DIR/run.json` names (the
+                            job's `model`, portable across machines), else the adapter's own
+                            `base_model_name_or_path`; a full-weights checkpoint saved
+                            without a tokenizer takes the base model's.
 
 Resolving a reference (`resolve_ref`) touches only the file system, so it is cheap and
 testable; `load_policy` then loads the weights.
@@ -34,7 +38,7 @@ _STEP = re.compile(r"^step-(\d+)$")
 class ResolvedRef:
     kind: Literal["model", "adapter"]
     path: str  # a model name, directory or GGUF file (model), or the adapter directory
-    base: str | None = None  # the base model an adapter applies to
+    base: str | None = None  # adapter: the model it applies to; model: where its missing tokenizer comes from
 
 
 def _is_adapter(path: Path) -> bool:
@@ -43,6 +47,10 @@ def _is_adapter(path: Path) -> bool:
 
 def _is_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file()
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return (path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file()
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -54,8 +62,17 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         if m and child.is_dir():
             steps.append((int(m.group(1)), child))
     for _, step in sorted(steps, reverse=True):
-        candidates += [step / "merged", step / "adapter"]
+        candidates += [step / "merged", step / "adapter", step / "model"]
     return next((c for c in candidates if _is_model_dir(c) or _is_adapter(c)), None)
+
+
+def _run_model(run_dir: Path) -> str | None:
+    """The base model a training run names in run.json (the job's `model`), if any."""
+    try:
+        model = json.loads((run_dir / "run.json").read_text()).get("model")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return str(model) if model else None
 
 
 def _adapter_base(adapter: Path, base: str | None) -> str:
@@ -89,7 +106,14 @@ def resolve_ref(ref: str, base: str | None = None) -> ResolvedRef:
             "(a LoRA adapter) and no checkpoint of a training run (final/merged, final/adapter, "
             "checkpoints/step-N/adapter)"
         )
-    return resolve_ref(str(found), base)
+    run_base = base or _run_model(path)
+    if _is_adapter(found):
+        return ResolvedRef("adapter", str(found), _adapter_base(found, run_base))
+    if _has_tokenizer(found):
+        return ResolvedRef("model", str(found))
+    if run_base is None:
+        raise ModelNotFoundError(f"{found} has no tokenizer and {path}/run.json names no base model; pass the base explicitly (--base MODEL)")
+    return ResolvedRef("model", str(found), run_base)
 
 
 def load_policy(ref: str, *, base: str | None = None, device: str = "auto", dtype: str = "bf16") -> HFPolicy:
@@ -101,13 +125,26 @@ def load_policy(ref: str, *, base: str | None = None, device: str = "auto", dtyp
     from agentrft.policy.hf import HFPolicy
 
     resolved = resolve_ref(ref, base)
+    base_ref = DEFAULT_MODEL if resolved.base == BASE else resolved.base
     if resolved.kind == "model":
-        policy = HFPolicy.load(resolved.path, device=device, dtype=dtype)
-        policy.name = ref
-        return policy
+        if base_ref is None:
+            policy = HFPolicy.load(resolved.path, device=device, dtype=dtype)
+            policy.name = ref
+            return policy
+        # full weights saved without a tokenizer: the base model's
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from agentrft.policy.hf import pick_device
+        from agentrft.policy.models import resolve_model
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_ref))
+        model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=torch.float32)
+        model.to(pick_device(device)).eval()  # type: ignore[arg-type]  # transformers' stubs type .to() narrowly
+        return HFPolicy(model, tokenizer, dtype=dtype, name=ref)
     from peft import PeftModel
 
-    assert resolved.base is not None
-    policy = HFPolicy.load(resolved.base if resolved.base != BASE else DEFAULT_MODEL, device=device, dtype=dtype)
+    assert base_ref is not None
+    policy = HFPolicy.load(base_ref, device=device, dtype=dtype)
     merged = PeftModel.from_pretrained(policy.model, resolved.path).merge_and_unload()
     return HFPolicy(merged.eval(), policy.tokenizer, dtype=dtype, name=ref)

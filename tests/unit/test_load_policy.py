@@ -12,9 +12,11 @@ from agentrft.policy.load import ResolvedRef, latest_checkpoint, resolve_ref
 from agentrft.policy.models import DEFAULT_MODEL
 
 
-def model_dir(path: Path) -> Path:
+def model_dir(path: Path, tokenizer: bool = True) -> Path:
     path.mkdir(parents=True)
     (path / "config.json").write_text("{}")
+    if tokenizer:
+        (path / "tokenizer_config.json").write_text("{}")
     return path
 
 
@@ -51,6 +53,26 @@ def test_run_dir_means_its_latest_checkpoint(tmp_path: Path) -> None:
     assert resolve_ref(str(run)) == ResolvedRef("adapter", str(run / "checkpoints" / "step-10" / "adapter"), "base-model")
     model_dir(run / "final" / "merged")
     assert resolve_ref(str(run)) == ResolvedRef("model", str(run / "final" / "merged"))
+
+
+def test_run_json_names_the_base(tmp_path: Path) -> None:
+    """The job's model in run.json is portable; the adapter's own base path may not be."""
+    run = tmp_path / "run"
+    adapter_dir(run / "checkpoints" / "step-4" / "adapter", base="/elsewhere/cache/SmolLM2")
+    (run / "run.json").write_text(json.dumps({"model": "smollm2-135m-instruct"}))
+    assert resolve_ref(str(run)).base == "smollm2-135m-instruct"
+    assert resolve_ref(str(run), base="other").base == "other"
+
+
+def test_full_weight_checkpoints_borrow_the_base_tokenizer(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    full = model_dir(run / "checkpoints" / "step-3" / "model", tokenizer=False)
+    with pytest.raises(ModelNotFoundError, match="no tokenizer"):
+        resolve_ref(str(run))
+    (run / "run.json").write_text(json.dumps({"model": "smollm2-135m-instruct"}))
+    assert resolve_ref(str(run)) == ResolvedRef("model", str(full), "smollm2-135m-instruct")
+    (full / "tokenizer_config.json").write_text("{}")
+    assert resolve_ref(str(run)) == ResolvedRef("model", str(full))
 
 
 def test_a_folder_with_nothing_loadable_says_what_was_looked_for(tmp_path: Path) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 from pathlib import Path
 
 from PIL import Image
 
+from agentrft.evaluate.eval import eval_results, graded_records
 from agentrft.evaluate.report import best_of_k_from, build_report, tool_call_counts, write_report
-from tests.report_data import NASTY, eval_records, metrics_rows, summary_only
+from tests.report_data import NASTY, eval_records, graded_groups, metrics_rows, summary_only
 
 IMG = re.compile(r'<img alt="([^"]+)" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
 SECTIONS = ("reward-curve", "tool-calls", "best-of-k", "trajectories")
@@ -63,3 +65,19 @@ def test_summary_only_results_and_counts() -> None:
     page = build_report(before=summary, after={"rollouts": records})
     assert len(IMG.findall(page)) == 2  # tool calls, best of k; no metrics given
     assert "<th>before</th><th>after</th>" in page
+
+
+def test_reads_what_agentrft_eval_writes() -> None:
+    """`eval_results` (JSON, as written to disk) for the overview and histograms;
+    `graded_records` for best-of-k and the conversations."""
+    before, after = graded_groups(1, calls_mean=3, reward_p=0.3), graded_groups(2, calls_mean=1, reward_p=0.8)
+    results = [json.loads(json.dumps(eval_results(g))) for g in (before, after)]
+    page = build_report(before=results[0], after=results[1])
+    assert [alt for alt, _ in IMG.findall(page)] == ["tool calls per rollout"]
+    assert tool_call_counts(results[1]) == {int(k): v for k, v in eval_results(after)["tool_calls_histogram"].items()}
+    mean_after = eval_results(after)["reward"]["mean"]
+    assert f"<td>{mean_after:.3f}</td>" in page
+    records = graded_records(after)
+    page = build_report(before=graded_records(before), after=records, rollouts=records)
+    assert [alt for alt, _ in IMG.findall(page)] == ["tool calls per rollout", "best-of-k curve"]
+    assert page.count('class="traj"') == 4
