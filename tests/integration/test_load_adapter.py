@@ -3,6 +3,7 @@ loads through `load_policy(RUN_DIR)` and computes what the adapted model compute
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +42,22 @@ def test_run_dir_loads_latest_adapter(tmp_path: Path, base_policy: Any) -> None:
     assert not torch.allclose(got, base_logits, atol=1e-3)
     assert torch.allclose(got, expected, atol=1e-3), (got - expected).abs().max()
     assert loaded.name == str(run) and not hasattr(loaded.model, "peft_config")  # merged for serving
+
+
+def test_a_real_training_run_serves_its_latest_checkpoint(tmp_path: Path, base_policy: Any) -> None:
+    """The trainer's own output: `final/merged` once it finished, else the newest
+    `checkpoints/step-N/adapter`; both hold the same weights after a one-step run."""
+    from agentrft.job import load_job
+    from agentrft.train.loop import train
+    from tests.integration.test_train import make_job
+
+    run = tmp_path / "run"
+    train(load_job(make_job(tmp_path, 1)), run)
+    ids = torch.tensor([base_policy.tokenizer.encode("Say the word apple.")])
+    final = load_policy(str(run), dtype="fp32")
+    assert final.model.config.model_type == "llama"
+    shutil.rmtree(run / "final")  # as if training stopped after its checkpoint
+    step = load_policy(str(run), dtype="fp32")
+    trained, from_adapter, base = logits(final.model, ids), logits(step.model, ids), logits(base_policy.model, ids)
+    assert torch.allclose(trained, from_adapter, atol=1e-4), (trained - from_adapter).abs().max()
+    assert (trained - base).abs().max() > 0  # the step changed the model
