@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-all lint venv sandbox clean
+.PHONY: demo test test-all lint venv sandbox chromium clean
 
 venv: $(STAMP)
 
@@ -26,13 +26,22 @@ sandbox:
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q bubblewrap >/dev/null; } || \
 	  echo "could not install bubblewrap: python graders will refuse to run"; }
 
+# The report test renders HTML in headless Chromium (Debian's package `chromium`).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (renders the HTML report in tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium >/dev/null; } || \
+	  echo "could not install chromium: the browser test of the report will be skipped"; }
+
 demo: $(STAMP)
 	$(VENV)/bin/agentrft demo
 
-test: $(STAMP) sandbox
+test: $(STAMP) sandbox chromium
 	$(PY) -m pytest -q
 
-test-all: $(STAMP) sandbox
+test-all: $(STAMP) sandbox chromium
 	$(PY) -m pytest -q -m ''
 
 lint: $(STAMP)

@@ -83,6 +83,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_rollout(ns)
 
 
+def cmd_serve_model(args: argparse.Namespace) -> int:
+    from agentrft.serve.app import serve_model
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    serve_model(args.model, host=args.host, port=args.port, base=args.base, name=args.served_model_name,
+                max_batch=args.max_batch, default_max_tokens=args.default_max_tokens, device=args.device, dtype=args.dtype)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrft", description="Agent reinforcement fine-tuning: baseline, pre-flight, train, compare, serve.")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -98,6 +110,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--temperature", type=float, default=None)
     r.add_argument("--show", type=int, default=0, help="print the first N trajectories")
     r.set_defaults(func=cmd_rollout)
+
+    sv = sub.add_parser("serve-model", help="serve a base model or a trained checkpoint as an OpenAI-compatible chat endpoint")
+    sv.add_argument("model", nargs="?", default="base", help="base (the default model), a model name or path, an adapter folder, or a training run folder (its latest checkpoint)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--base", default=None, help="base model for a LoRA adapter (default: the one its adapter_config.json names)")
+    sv.add_argument("--served-model-name", default=None, help="the id clients send as `model` (default: the model's name or folder name)")
+    sv.add_argument("--max-batch", type=int, default=32, help="most sequences sampled together")
+    sv.add_argument("--default-max-tokens", type=int, default=512, help="reply limit when a request sets no max_tokens")
+    sv.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    sv.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    sv.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice; 1 is often faster on a busy machine)")
+    sv.set_defaults(func=cmd_serve_model)
 
     t = sub.add_parser("train", help="RL-train the job's model on its tools and grader")
     t.add_argument("job", nargs="?", help="job file (YAML or JSON)")

@@ -111,6 +111,12 @@ class Trajectory:
         return tuple(r for t in self.turns for r in t.tool_results)
 
     @property
+    def sampled_tokens(self) -> int:
+        """Tokens the model wrote, over all turns (also known when `tokens` is not, as for
+        rollouts against a chat endpoint)."""
+        return sum(t.sampled_tokens for t in self.turns)
+
+    @property
     def final_text(self) -> str:
         """The last reply's text (the answer, when stop_reason is FINAL_ANSWER)."""
         return self.turns[-1].text if self.turns else ""

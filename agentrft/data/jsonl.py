@@ -20,7 +20,7 @@ ROLES = {"system", "developer", "user", "assistant", "tool"}
 MAX_REPORTED = 20
 
 
-def _content_text(content: Any) -> str | None:
+def content_text(content: Any) -> str | None:
     """OpenAI allows a string or a list of content parts; agentrft handles text parts."""
     if isinstance(content, str):
         return content
@@ -40,7 +40,7 @@ def parse_row(obj: Any, where: str, index: int) -> Item:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise ConfigError(f"{where}: messages[{i}] needs a \"role\" among {sorted(ROLES)}")
-        text = _content_text(m.get("content"))
+        text = content_text(m.get("content"))
         if text is None:
             raise ConfigError(f'{where}: messages[{i}].content must be a string or a list of text parts')
         clean.append({**m, "content": text})

@@ -1,0 +1,1 @@
+"""Measuring a policy: baseline and held-out evaluation, pre-flight signal checks, reports."""

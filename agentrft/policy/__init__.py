@@ -30,6 +30,11 @@ class Completion:
     def ended_by_stop_token(self) -> bool:
         return self.finish_reason == "stop" and not self.stop_text
 
+    @property
+    def reply_tokens(self) -> tuple[int, ...]:
+        """The reply itself: the sampled tokens without the stop token that ended it."""
+        return self.tokens[:-1] if self.ended_by_stop_token else self.tokens
+
 
 @runtime_checkable
 class Policy(Protocol):

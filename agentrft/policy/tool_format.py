@@ -11,11 +11,12 @@ valid `ToolCall` or one carrying an `error` that is shown to the model as the to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
@@ -32,6 +33,55 @@ def tool_schema(spec: Any) -> dict[str, Any]:
         "type": "function",
         "function": {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
     }
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A tool as a chat request names it: what rendering needs, with no backend to call."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+def specs_from_openai(tools: Sequence[Any]) -> list[FunctionSpec]:
+    """Read OpenAI's `tools` list ([{"type": "function", "function": {"name", "description",
+    "parameters"}}]). Raises ValueError naming the bad entry and the fix."""
+    specs: list[FunctionSpec] = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function" or not isinstance(fn, Mapping):
+            raise ValueError(f'tools[{i}] must look like {{"type": "function", "function": {{"name": ..., "parameters": {{...}}}}}}')
+        name, params = fn.get("name"), fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"tools[{i}].function.name must be a non-empty string")
+        if not isinstance(params, Mapping):
+            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema object")
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(params))
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"tools[{i}].function.parameters is not a valid JSON schema: {exc.message}") from None
+        specs.append(FunctionSpec(name, str(fn.get("description") or ""), dict(params)))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"tool names must be unique, got {names}")
+    return specs
+
+
+def render_call(name: str, arguments: Any) -> str:
+    """One call in agentrft's written format; `arguments` is a dict or its JSON string."""
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):  # else keep the string: it is what was written
+            arguments = json.loads(arguments) if arguments.strip() else {}
+    return f"{OPEN}{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}{CLOSE}"
+
+
+def inline_tool_calls(content: str | None, tool_calls: Sequence[Mapping[str, Any]]) -> str:
+    """An assistant message's text as the model wrote it: OpenAI `tool_calls` written back
+    as `<tool_call>` blocks after the content, so the history the model reads again looks
+    like what it produced."""
+    blocks = "".join(render_call(c["function"]["name"], c["function"].get("arguments", "{}")) for c in tool_calls)
+    return (content or "") + blocks
 
 
 def template_supports_tools(tokenizer: Any) -> bool:

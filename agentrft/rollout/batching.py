@@ -3,6 +3,11 @@
 Episodes `await sampler.sample(tokens, max_new)`. Requests queue up while the model is busy
 (or while other rollouts wait on tools); the worker then takes everything queued and runs
 one batched `policy.sample` in a thread, so HTTP tool calls keep running meanwhile.
+
+A request may bring its own SamplingParams (the chat server does: each HTTP request has its
+own temperature, stop strings, ...). A batch holds requests with equal params, taken in
+arrival order, and never mixes seeded with unseeded requests, so a seeded request's reply
+does not depend on what else was queued.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentrft.policy import Completion, Policy, SamplingParams
+
+# tokens, max_new, seed, params (None: the sampler's own), the caller's future
+_Request = tuple[Sequence[int], int, int | None, SamplingParams | None, "asyncio.Future[Completion]"]
 
 
 @dataclass
@@ -32,18 +40,19 @@ class BatchedSampler:
         self.max_batch = max_batch
         self.gather_s = gather_s
         self.stats = SamplerStats()
-        self._queue: list[tuple[Sequence[int], int, int | None, asyncio.Future[Completion]]] = []
+        self._queue: list[_Request] = []
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
 
-    async def sample(self, tokens: Sequence[int], max_new: int, seed: int | None = None) -> Completion:
-        """Queue one prompt; `seed` fixes this request's random stream (see Policy.sample)."""
+    async def sample(self, tokens: Sequence[int], max_new: int, seed: int | None = None, params: SamplingParams | None = None) -> Completion:
+        """Queue one prompt; `seed` fixes this request's random stream (see Policy.sample);
+        `params` replaces the sampler's own for this request."""
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
             self._worker = loop.create_task(self._run())
         fut: asyncio.Future[Completion] = loop.create_future()
-        self._queue.append((tokens, max_new, seed, fut))
+        self._queue.append((tokens, max_new, seed, params, fut))
         assert self._wake is not None
         self._wake.set()
         return await fut
@@ -55,12 +64,13 @@ class BatchedSampler:
             await asyncio.sleep(self.gather_s)  # let rollouts released in the same tick join
             self._wake.clear()
             while self._queue:
-                batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch:]
-                seeds = [b[2] for b in batch]
-                row_seeds = None if any(s is None for s in seeds) else seeds
+                batch = self._take_batch()
+                seeded = [b[2] for b in batch if b[2] is not None]
+                row_seeds = seeded if len(seeded) == len(batch) else None  # unseeded: the policy seeds the batch
+                params = batch[0][3] or self.params
                 t0 = time.perf_counter()
                 try:
-                    out = await asyncio.to_thread(self.policy.sample, [b[0] for b in batch], self.params, [b[1] for b in batch], row_seeds)
+                    out = await asyncio.to_thread(self.policy.sample, [b[0] for b in batch], params, [b[1] for b in batch], row_seeds)
                 except asyncio.CancelledError:
                     for *_, fut in batch:
                         fut.cancel()
@@ -78,6 +88,15 @@ class BatchedSampler:
                     self.stats.sampled_tokens += len(completion.tokens)
                     if not fut.done():
                         fut.set_result(completion)
+
+    def _take_batch(self) -> list[_Request]:
+        """Up to max_batch queued requests like the oldest one: equal params, and seeded
+        only with seeded ones."""
+        key = (self._queue[0][3], self._queue[0][2] is None)
+        batch = [q for q in self._queue if (q[3], q[2] is None) == key][: self.max_batch]
+        taken = {id(q) for q in batch}
+        self._queue = [q for q in self._queue if id(q) not in taken]
+        return batch
 
     async def aclose(self) -> None:
         if self._worker is not None:

@@ -46,6 +46,19 @@ class Context:
         return len(self.tokens)
 
 
+def prompt_messages(item: Item, system_prompt: str | None, few_shot: Sequence[Mapping[str, Any]], tool_block: str | None = None) -> list[dict[str, Any]]:
+    """The conversation a rollout starts from: one system message (the job's text, the
+    row's own system message, the tool block), then the few-shot turns, then the row."""
+    rows = [dict(m) for m in item.messages]
+    parts = [system_prompt] if system_prompt else []
+    if rows and rows[0]["role"] in ("system", "developer"):
+        parts.append(rows.pop(0)["content"])
+    if tool_block:
+        parts.append(tool_block)
+    system = [{"role": "system", "content": "\n\n".join(p for p in parts if p)}] if parts else []
+    return system + [dict(m) for m in few_shot] + rows
+
+
 class ChatRenderer:
     """Renders prompts and inter-turn glue for one tokenizer and tool set. Picklable."""
 
@@ -79,14 +92,8 @@ class ChatRenderer:
 
     def prompt_messages(self, item: Item) -> list[dict[str, Any]]:
         """System prompt (job text + the row's own + tool block), few-shot turns, the row."""
-        rows = [dict(m) for m in item.messages]
-        parts = [self.system_prompt] if self.system_prompt else []
-        if rows and rows[0]["role"] in ("system", "developer"):
-            parts.append(rows.pop(0)["content"])
-        if self.tool_specs and not self.native_tools:
-            parts.append(tools_system_prompt(self.tool_specs))
-        system = [{"role": "system", "content": "\n\n".join(p for p in parts if p)}] if parts else []
-        return system + self.few_shot + rows
+        tool_block = tools_system_prompt(self.tool_specs) if self.tool_specs and not self.native_tools else None
+        return prompt_messages(item, self.system_prompt, self.few_shot, tool_block)
 
     def initial(self, item: Item) -> tuple[list[dict[str, Any]], Context]:
         messages = self.prompt_messages(item)

@@ -11,17 +11,23 @@ from agentrft.policy import Policy, SamplingParams
 from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.context import ChatRenderer
 from agentrft.rollout.episode import RolloutSettings, run_episode
-from agentrft.tools import build_tools
+from agentrft.tools import Tool, build_tools
 from agentrft.tools.http import new_client
 from agentrft.types import Group, Item, Trajectory
 
 
-def settings_from_job(job: Job, policy: Policy, base_url: str | None = None) -> RolloutSettings:
+def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
+    """The job's tools, with its retry settings; bare-path URLs resolve against `base_url`."""
     ext = job.agentrft
-    tools = build_tools(
+    return build_tools(
         job.rl.tools, timeout_s=ext.tool_timeout_s, retries=ext.tool_retries, backoff_s=ext.tool_backoff_s,
         base_url=base_url, base_dir=str(job.resolve_path(".")),
     )
+
+
+def settings_from_job(job: Job, policy: Policy, base_url: str | None = None) -> RolloutSettings:
+    ext = job.agentrft
+    tools = tools_from_job(job, base_url)
     renderer = ChatRenderer(policy.tokenizer, job.rl.tools, ext.system_prompt, ext.few_shot_messages)
     return RolloutSettings(
         renderer=renderer,

@@ -18,6 +18,7 @@ def token_counts(traj: Trajectory) -> dict[str, int]:
     counts = Counter(traj.origins)
     out = {o.name.lower(): counts.get(int(o), 0) for o in Origin}
     out["total"] = len(traj.tokens)
+    out["sampled"] = traj.sampled_tokens  # equal to the SAMPLED count when tokens are recorded
     return out
 
 
@@ -106,8 +107,8 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         "tool_errors": sum(1 for r in results if r.status != "ok"),
         "tool_latency_s": distribution([r.latency_s for r in results if r.status != "invalid_call"]),
         "turns": distribution([len(t.turns) for t in kept]),
-        "sampled_tokens": distribution([t.count(Origin.SAMPLED) for t in kept]),
-        "tokens_per_tool_call": float(np.mean([t.count(Origin.SAMPLED) / len(t.tool_calls) for t in kept if t.tool_calls])) if any(t.tool_calls for t in kept) else 0.0,
+        "sampled_tokens": distribution([t.sampled_tokens for t in kept]),
+        "tokens_per_tool_call": float(np.mean([t.sampled_tokens / len(t.tool_calls) for t in kept if t.tool_calls])) if any(t.tool_calls for t in kept) else 0.0,
         "tool_request_bytes": int(sum(r.request_bytes for r in results)),
         "latency_s": distribution([t.timings.get("total_s", 0.0) for t in kept]),
     }

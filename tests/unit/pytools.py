@@ -16,3 +16,16 @@ def whoami(trace_id: str, item: dict) -> dict:
 def fragile() -> str:
     CALLS.append("fragile")
     raise RuntimeError("database unreachable")
+
+
+COUNTRIES = {"peru": "capital: Lima", "norway": "capital: Oslo"}
+
+
+def lookup(country: str) -> str:
+    """Facts about a country; an unknown one is the caller's mistake (the 4xx path)."""
+    from agentrft.tools import ToolInputError
+
+    CALLS.append("lookup")
+    if country.lower() not in COUNTRIES:
+        raise ToolInputError(f"unknown country {country!r}")
+    return COUNTRIES[country.lower()]

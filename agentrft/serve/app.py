@@ -1,0 +1,149 @@
+"""`agentrft serve-model`: one policy behind `POST /v1/chat/completions` and `GET /v1/models`.
+
+Requests that arrive while the model is busy are batched into one `policy.sample` call by
+the rollout engine's `BatchedSampler` (requests with equal sampling params share a batch;
+a request's `n` choices always do). Sampling runs in a worker thread, so the event loop
+keeps accepting requests meanwhile. A request's `seed` gives each of its choices its own
+random stream, so a seeded request gets the same reply however it was batched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from agentrft.policy import Completion, SamplingParams
+from agentrft.policy.models import DEFAULT_MODEL
+from agentrft.rollout.batching import BatchedSampler
+from agentrft.rollout.context import ChatRenderer
+from agentrft.serve.protocol import (
+    ChatRequest,
+    RequestError,
+    choice,
+    completion_body,
+    model_card,
+    parse_request,
+    template_messages,
+    tool_use,
+)
+from agentrft.types import Item
+
+log = logging.getLogger(__name__)
+
+
+class ChatService:
+    """Turns chat requests into batched sampling on one policy (anything with the Policy
+    protocol: `tokenizer`, `stop_token_ids`, `context_window`, `sample`)."""
+
+    def __init__(self, policy: Any, model_name: str, *, max_batch: int = 32, default_max_tokens: int = 512, gather_s: float = 0.005) -> None:
+        ChatRenderer(policy.tokenizer)  # refuses a tokenizer without a chat template, at start
+        self.policy = policy
+        self.model_name = model_name
+        self.default_max_tokens = default_max_tokens
+        self.sampler = BatchedSampler(policy, SamplingParams(), max_batch=max_batch, gather_s=gather_s)
+        self.created = int(time.time())
+
+    def prompt(self, req: ChatRequest, specs: Any, prefill: str) -> list[int]:
+        renderer = ChatRenderer(self.policy.tokenizer, specs)
+        _, ctx = renderer.initial(Item(0, tuple(template_messages(req.messages)), {}, "request"))
+        return ctx.tokens + (renderer.prefill_tokens(prefill) if prefill else [])
+
+    def reply_text(self, completion: Completion, prefill: str) -> str:
+        """The reply as OpenAI returns it: prefill included, stop token and stop string not."""
+        text = self.policy.tokenizer.decode(list(completion.reply_tokens), skip_special_tokens=False)
+        if completion.stop_text:
+            text = text[: text.find(completion.stop_text)] if completion.stop_text in text else text
+        return prefill + text
+
+    async def complete(self, req: ChatRequest) -> dict[str, Any]:
+        if req.model != self.model_name:
+            raise RequestError(f"The model {req.model!r} does not exist here: this server serves {self.model_name!r}", "model", "model_not_found", 404)
+        tools = tool_use(req)
+        prompt = self.prompt(req, tools.specs, tools.prefill)
+        room = self.policy.context_window - len(prompt)
+        asked = req.requested_max_tokens
+        if room < 1 or (asked is not None and asked > room):
+            raise RequestError(
+                f"This model's maximum context length is {self.policy.context_window} tokens. However, the messages "
+                f"take {len(prompt)} tokens" + (f" and {asked} were requested for the reply" if asked else "") + ". Shorten the messages or lower max_tokens.",
+                "messages", "context_length_exceeded",
+            )
+        max_new = asked if asked is not None else min(self.default_max_tokens, room)
+        params = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_tokens=max_new, stop=req.stop_strings)
+        seeds = [None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)]
+        t0 = time.perf_counter()
+        completions = await asyncio.gather(*(self.sampler.sample(prompt, max_new, seed, params) for seed in seeds))
+        choices = [choice(i, self.reply_text(c, tools.prefill), c, tools) for i, c in enumerate(completions)]
+        sampled = sum(len(c.tokens) for c in completions)
+        log.info("n=%d prompt=%d sampled=%d in %.2fs", req.n, len(prompt), sampled, time.perf_counter() - t0)
+        return completion_body(self.model_name, choices, len(prompt), sampled)
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The random stream of choice `index` of a request with `seed`: its own, so the reply
+    is the same whatever else is batched with it, and choices differ from each other."""
+    return seed * 1_000_003 + index * 104_729
+
+
+def create_app(policy: Any, model_name: str, *, max_batch: int = 32, default_max_tokens: int = 512) -> FastAPI:
+    """The FastAPI app. `model_name` is the one id requests must name (`GET /v1/models`)."""
+    service = ChatService(policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens)
+    app = FastAPI(title="agentrft serve-model", docs_url=None, redoc_url=None)
+    app.state.service = service
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": model_name}
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [model_card(model_name, service.created)]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str) -> dict[str, Any]:
+        if model_id != model_name:
+            raise RequestError(f"The model {model_id!r} does not exist here: this server serves {model_name!r}", "model", "model_not_found", 404)
+        return model_card(model_name, service.created)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        return await service.complete(parse_request(body))
+
+    return app
+
+
+def served_name(ref: str) -> str:
+    """The id clients name in `model`: the default model's name, or the folder's name."""
+    if ref == "base":
+        return DEFAULT_MODEL
+    path = Path(ref).expanduser()
+    return path.resolve().name if path.exists() else ref
+
+
+def serve_model(ref: str, *, host: str = "127.0.0.1", port: int = 8000, base: str | None = None, name: str | None = None,
+                max_batch: int = 32, default_max_tokens: int = 512, device: str = "auto", dtype: str = "bf16") -> None:
+    """Load `ref` (see `agentrft.policy.load`) and serve it until interrupted."""
+    import uvicorn
+
+    from agentrft.policy.load import load_policy
+
+    policy = load_policy(ref, base=base, device=device, dtype=dtype)
+    model_name = name or served_name(ref)
+    app = create_app(policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens)
+    print(f"serving {model_name!r} ({ref}) on http://{host}:{port}/v1  (OpenAI-compatible chat completions)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
