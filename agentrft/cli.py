@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agentrft.data.commands import add_commands as add_data_commands
 from agentrft.errors import AgentRFTError
+from agentrft.evaluate.commands import add_commands as add_evaluate_commands
 from agentrft.graders.commands import add_commands as add_grader_commands
 
 
@@ -134,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None)
     d.set_defaults(func=cmd_demo)
 
+    add_evaluate_commands(sub)
     add_grader_commands(sub)
     add_data_commands(sub)
     return p

@@ -36,32 +36,62 @@ def _items(job: Any, data: str | None, rows: int | None, split: str) -> list[Any
     return items[:rows] if rows else items
 
 
-def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temperature: float | None, seed: int | None = None, label: str = "rollouts") -> list[Any]:
+def _endpoint_model(url: str, name: str | None) -> str:
+    """The model to ask an endpoint for: given, or the first one it lists."""
+    if name:
+        return name
+    import httpx
+
+    from agentrft.policy.openai_client import chat_url
+
+    models_url = chat_url(url).removesuffix("/chat/completions") + "/models"
+    try:
+        listed = httpx.get(models_url, timeout=10).json().get("data") or []
+    except (httpx.HTTPError, ValueError) as exc:
+        raise AgentRFTError(f"{models_url}: cannot list models ({exc}); name one with --endpoint-model") from None
+    if not listed:
+        raise AgentRFTError(f"{models_url} lists no model; name one with --endpoint-model")
+    return str(listed[0]["id"])
+
+
+def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temperature: float | None, seed: int | None = None, label: str = "rollouts", endpoint_model: str | None = None) -> list[Any]:
     """K graded rollouts per row with `model`: the job's model (`base`), a run directory or
     model path, or an OpenAI-compatible endpoint URL (evaluated, not trainable)."""
+    import dataclasses
+
     from agentrft.cli import job_environment
     from agentrft.console import progress_bar
-    from agentrft.evaluate.eval import rollout_and_grade
+    from agentrft.evaluate.eval import grade_and_cleanup, rollout_and_grade
     from agentrft.graders import build_grader, tool_call_limit
 
     grader = build_grader(job.rl.grader, judge=job.agentrft.judge)
+    budget = tool_call_limit(grader)
     ext = job.agentrft
     with job_environment(job) as env_url, progress_bar(label, len(items) * k) as advance:
         if model and model.startswith(("http://", "https://")):
-            from agentrft.evaluate.endpoint import rollout_and_grade_endpoint
+            from agentrft.policy.openai_client import OpenAIChat
+            from agentrft.rollout.chat_episode import chat_settings_from_job, run_chat_groups_async
 
-            return asyncio.run(rollout_and_grade_endpoint(job, items, k, model, grader, env_url, temperature, advance))
+            chat = OpenAIChat(model, _endpoint_model(model, endpoint_model))
+            chat_settings = chat_settings_from_job(job, env_url)
+            if temperature is not None:
+                chat_settings = dataclasses.replace(chat_settings, sampling={**chat_settings.sampling, "temperature": temperature})
+            if budget is not None and (chat_settings.max_tool_calls is None or budget < chat_settings.max_tool_calls):
+                chat_settings = dataclasses.replace(chat_settings, max_tool_calls=budget)
+
+            async def run() -> list[Any]:
+                groups = await run_chat_groups_async(items, k, chat_settings, chat, on_done=advance)
+                return await grade_and_cleanup(groups, grader, env_url)
+
+            return asyncio.run(run())
         from agentrft.policy.load import load_policy
         from agentrft.rollout.batching import BatchedSampler
         from agentrft.rollout.group import sampling_params, settings_from_job
 
         policy = load_policy(job.model if model in (None, "base") else model, base=job.model, device=ext.device, dtype=ext.dtype)
         settings = settings_from_job(job, policy, env_url)
-        budget = tool_call_limit(grader)
         if budget is not None and (settings.max_tool_calls is None or budget < settings.max_tool_calls):
-            import dataclasses
-
-            settings = dataclasses.replace(settings, max_tool_calls=budget)
+            settings = dataclasses.replace(settings, max_tool_calls=budget)  # its grade is -1 anyway
         params = sampling_params(job, seed=job.seed if seed is None else seed, temperature=temperature)
         sampler = BatchedSampler(policy, params, max_batch=ext.sampling.max_batch)
         groups, _ = asyncio.run(rollout_and_grade(items, k, settings, sampler, grader, env_url, advance))
@@ -80,13 +110,166 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model = args.model or "base"
     console.print(f"[bold]agentrft eval[/] {args.job}: {len(items)} rows x {args.k} samples, model {model}")
     t0 = time.perf_counter()
-    groups = run_graded(job, items, args.k, model, args.temperature, label="eval")
+    groups = run_graded(job, items, args.k, model, args.temperature, label="eval", endpoint_model=args.endpoint_model)
     res = eval_results(groups, args.threshold)
     res.update({"model": model, "job": str(args.job), "k": args.k, "rows": len(items), "wall_s": time.perf_counter() - t0})
     (out / "results.json").write_text(json.dumps(finite(res), indent=2))
     write_jsonl(out / "rollouts.jsonl", graded_records(groups))
     console.print(summary_table(res, title=f"eval: {model}"))
     console.print(f"wrote {out / 'results.json'} and rollouts.jsonl")
+    return 0
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from agentrft.console import console, summary_table
+    from agentrft.evaluate.eval import graded_records
+    from agentrft.evaluate.preflight import preflight
+    from agentrft.job import load_job
+    from agentrft.rollout.records import finite, write_jsonl
+
+    job = load_job(args.job)
+    _must(args.k >= 2, "preflight needs -k 2 or more: signal means rewards that differ across samples")
+    items = _items(job, args.data, args.rows, args.split)
+    out = _out_dir(args.out, "preflight", job.agentrft.output_dir)
+    console.print(f"[bold]agentrft preflight[/] {args.job}: {len(items)} rows x {args.k} samples")
+    groups = run_graded(job, items, args.k, args.model, args.temperature, label="preflight")
+    ks = [k for k in (1, 2, 4, 8, 16, 32) if k <= args.k]
+    rep = preflight(groups, ks, args.threshold)
+    (out / "preflight.json").write_text(json.dumps(finite(rep), indent=2))
+    write_jsonl(out / "rollouts.jsonl", graded_records(groups))
+    console.print(summary_table(rep["eval"], title="rollouts"))
+    t = Table(title="learnability", header_style="bold")
+    t.add_column("k", justify="right")
+    t.add_column("best-of-k reward", justify="right")
+    t.add_column(f"pass@k (reward >= {args.threshold:g})", justify="right")
+    for k in ks:
+        t.add_row(str(k), f"{rep['best_of_k'].get(str(k), float('nan')):.3f}", f"{rep['pass_at_k'].get(str(k), float('nan')):.3f}")
+    console.print(t)
+    console.print(f"rows whose {args.k} rewards differ: {rep['rows_with_signal']:.0%}   rewards {rep['reward_min']:.3g} .. {rep['reward_max']:.3g}   histogram {rep['eval']['reward_histogram']}")
+    style = {"learnable": "bold green", "weak_signal": "bold yellow"}.get(rep["verdict"], "bold red")
+    console.print(f"verdict: [{style}]{rep['verdict']}[/]")
+    for line in rep["advice"]:
+        console.print(f"  - {line}")
+    console.print(f"wrote {out / 'preflight.json'}")
+    return 0
+
+
+def load_result(path: str) -> dict[str, Any]:
+    """An eval result: a directory holding results.json (+ rollouts.jsonl), or the JSON file."""
+    from agentrft.rollout.records import read_jsonl
+
+    p = Path(path)
+    res_path = p / "results.json" if p.is_dir() else p
+    _must(res_path.is_file(), f"{path}: no results.json here (give an `agentrft eval` output directory or its results.json)")
+    summary = json.loads(res_path.read_text())
+    rollouts = res_path.parent / "rollouts.jsonl"
+    return {"summary": summary, "rollouts": read_jsonl(rollouts) if rollouts.is_file() else [], "label": str(path)}
+
+
+def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float | None, float | None]]:
+    """(metric, A, B) for the side-by-side table."""
+
+    def get(d: dict[str, Any], *keys: str) -> float | None:
+        for k in keys:
+            d = d.get(k) if isinstance(d, dict) else None  # type: ignore[assignment]
+        return float(d) if isinstance(d, int | float) else None
+
+    rows = [("reward mean", ("reward", "mean")), ("pass rate", ("pass_rate",))]
+    subs = sorted(set(a.get("sub_rewards", {})) | set(b.get("sub_rewards", {})))
+    rows += [(f"  {s}", ("sub_rewards", s)) for s in subs]
+    for key, label in (("tool_calls", "tool calls"), ("turns", "turns"), ("sampled_tokens", "sampled tokens"), ("latency_s", "latency s")):
+        rows += [(f"{label} {q}", (key, q)) for q in ("mean", "p50", "p95", "max")]
+    tools = sorted(set(a.get("tool_calls_per_tool", {})) | set(b.get("tool_calls_per_tool", {})))
+    rows += [(f"calls to {t} (total)", ("tool_calls_per_tool", t)) for t in tools]
+    rows += [("bytes sent to tools", ("tool_request_bytes",)), ("invalid tool calls", ("invalid_tool_calls",)),
+             ("discard rate", ("discard_rate",)), ("grader error rate", ("grader_error_rate",))]
+    return [(label, get(a, *keys), get(b, *keys)) for label, keys in rows]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from agentrft.console import console
+    from agentrft.evaluate.report import write_report
+
+    a, b = load_result(args.a), load_result(args.b)
+    t = Table(title=f"compare: A = {args.a}   B = {args.b}", header_style="bold")
+    for col in ("metric", "A", "B", "B - A"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    fmt = lambda v: "-" if v is None else (f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}")  # noqa: E731
+    for label, va, vb in compare_rows(a["summary"], b["summary"]):
+        t.add_row(label, fmt(va), fmt(vb), "-" if va is None or vb is None else f"{vb - va:+.3f}")
+    console.print(t)
+    hist = Table(title="tool calls per rollout (share of rollouts)", header_style="bold")
+    hist.add_column("calls", justify="right")
+    ha, hb = a["summary"].get("tool_calls_histogram", {}), b["summary"].get("tool_calls_histogram", {})
+    na, nb = max(1, sum(ha.values())), max(1, sum(hb.values()))
+    hist.add_column("A", justify="right")
+    hist.add_column("B", justify="right")
+    for n in sorted({int(k) for k in ha} | {int(k) for k in hb}):
+        hist.add_row(str(n), f"{ha.get(str(n), ha.get(n, 0)) / na:.0%}", f"{hb.get(str(n), hb.get(n, 0)) / nb:.0%}")
+    console.print(hist)
+    out = Path(args.out) if args.out else Path("compare.html")
+    write_report(out, before=a, after=b, rollouts=b["rollouts"] or a["rollouts"], title=f"agentrft compare: {args.a} vs {args.b}")
+    console.print(f"wrote {out} (plots: tool calls before/after, best-of-k)")
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from agentrft.console import console
+    from agentrft.evaluate.eval import graded_records, reward_of
+    from agentrft.graders import sample_from_trajectory
+    from agentrft.job import load_job
+    from agentrft.rollout.records import write_jsonl
+
+    job = load_job(args.job)
+    items = _items(job, args.data, args.rows, "validation")
+    out = _out_dir(args.out, "sample", job.agentrft.output_dir)
+    console.print(f"[bold]agentrft sample[/] {args.job}: best of {args.best_of} per row, {len(items)} rows")
+    groups = run_graded(job, items, args.best_of, args.model, args.temperature, label="samples")
+    best, firsts, bests = [], [], []
+    for g in groups:
+        scored = [(reward_of(gr), i) for i, gr in enumerate(g.grades)]
+        scored = [(r, i) for r, i in scored if r == r]  # NaN: discarded or grader error
+        if not scored:
+            best.append({"row": g.item.index, "reward": None, "output_text": None, "note": "no rollout of this row could be graded"})
+            continue
+        r, i = max(scored)
+        traj = g.trajectories[i]
+        firsts.append(scored[0][0])
+        bests.append(r)
+        best.append({"row": g.item.index, "reward": r, "of": len(scored), "output_text": sample_from_trajectory(traj)["output_text"], "trace_id": traj.trace_id, "item": dict(g.item.fields)})
+    write_jsonl(out / "best.jsonl", best)
+    write_jsonl(out / "rollouts.jsonl", graded_records(groups))
+    if bests:
+        console.print(f"mean reward: best-of-{args.best_of} {sum(bests) / len(bests):.3f}  vs  a single sample {sum(firsts) / len(firsts):.3f}  ({len(bests)} rows)")
+    console.print(f"wrote {out / 'best.jsonl'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from agentrft.console import console
+    from agentrft.evaluate.report import write_report
+    from agentrft.rollout.records import read_jsonl
+    from agentrft.train.observe import read_metrics
+
+    run = Path(args.run_dir)
+    _must(run.is_dir(), f"{run}: not a directory")
+    metrics = read_metrics(run)
+    evals = sorted(run.glob("rollouts/eval-step-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    before = {"rollouts": read_jsonl(evals[0])} if evals else None
+    after = {"rollouts": read_jsonl(evals[-1])} if len(evals) > 1 else None
+    if before is None and (run / "results.json").is_file():  # an eval directory
+        before = load_result(str(run))
+    rollouts = (after or before or {}).get("rollouts") or []
+    if not rollouts:
+        steps = sorted(run.glob("rollouts/step-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+        rollouts = read_jsonl(steps[-1]) if steps else []
+    out = Path(args.out) if args.out else run / "report.html"
+    write_report(out, metrics=metrics, before=before, after=after, rollouts=rollouts, title=f"agentrft report: {run.name}")
+    console.print(f"wrote {out}")
     return 0
 
 
@@ -99,8 +282,42 @@ def add_commands(sub: Any) -> None:
     e.add_argument("--rows", type=int, default=None, help="only the first N rows")
     e.add_argument("--threshold", type=float, default=1.0, help="reward counted as a pass (default 1.0)")
     e.add_argument("--temperature", type=float, default=None, help="default: the job's sampling temperature")
+    e.add_argument("--endpoint-model", default=None, help="with a URL: the model name to request (default: the first the endpoint lists)")
     e.add_argument("--out", default=None, help="output directory (default runs/eval-TIMESTAMP)")
     e.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("preflight", help="can the task teach anything? signal share, best-of-k, pass@k, a verdict")
+    p.add_argument("job")
+    p.add_argument("-k", type=int, default=8, help="samples per row (default 8)")
+    p.add_argument("--split", choices=["train", "validation"], default="train")
+    p.add_argument("--data", default=None)
+    p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--model", default=None, help="base (default) | RUN_DIR | model path | endpoint URL")
+    p.add_argument("--threshold", type=float, default=1.0, help="reward counted as a pass for pass@k (default 1.0)")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--out", default=None)
+    p.set_defaults(func=cmd_preflight)
+
+    c = sub.add_parser("compare", help="two eval results side by side (table + HTML plots)")
+    c.add_argument("a", help="eval directory (or results.json): the baseline")
+    c.add_argument("b", help="eval directory (or results.json): the candidate")
+    c.add_argument("--out", default=None, help="HTML file with the plots (default compare.html)")
+    c.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("sample", help="best-of-N: per row, the highest-graded of N rollouts")
+    s.add_argument("job")
+    s.add_argument("--best-of", type=int, required=True, metavar="N")
+    s.add_argument("--model", default=None, help="base (default) | RUN_DIR | model path | endpoint URL")
+    s.add_argument("--data", default=None)
+    s.add_argument("--rows", type=int, default=None)
+    s.add_argument("--temperature", type=float, default=None)
+    s.add_argument("--out", default=None)
+    s.set_defaults(func=cmd_sample)
+
+    rp = sub.add_parser("report", help="one self-contained HTML page for a training run or eval directory")
+    rp.add_argument("run_dir")
+    rp.add_argument("--out", default=None, help="default RUN_DIR/report.html")
+    rp.set_defaults(func=cmd_report)
 
 
 def _must(cond: bool, msg: str) -> None:

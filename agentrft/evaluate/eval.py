@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +38,15 @@ async def cleanup_traces(base_url: str | None, trajs: Sequence[Trajectory]) -> N
         await asyncio.gather(*(client.post(base_url + "/cleanup", json={"trace_id": t.trace_id}, timeout=30) for t in trajs), return_exceptions=True)
 
 
+async def grade_and_cleanup(groups: list[Group], grader: Any, env_url: str | None = None) -> list[Group]:
+    """Grade every rollout, then release the environment's per-trace state."""
+    from agentrft.graders import grade_groups
+
+    graded = await grade_groups(groups, grader)
+    await cleanup_traces(env_url, [t for g in graded for t in g.trajectories])
+    return graded
+
+
 async def rollout_and_grade(
     items: Sequence[Any],
     group_size: int,
@@ -48,15 +58,11 @@ async def rollout_and_grade(
 ) -> tuple[list[Group], dict[str, float]]:
     """Run and grade `group_size` rollouts per row; returns the graded groups and the wall
     time of each phase."""
-    from agentrft.graders import grade_groups
-
-    t0 = asyncio.get_running_loop().time()
+    t0 = time.perf_counter()
     groups = await run_groups_async(items, group_size, settings, sampler, on_rollout)
-    t1 = asyncio.get_running_loop().time()
-    groups = await grade_groups(groups, grader)
-    await cleanup_traces(env_url, [t for g in groups for t in g.trajectories])
-    t2 = asyncio.get_running_loop().time()
-    return groups, {"time/sampling_s": t1 - t0, "time/grading_s": t2 - t1}
+    t1 = time.perf_counter()
+    groups = await grade_and_cleanup(groups, grader, env_url)
+    return groups, {"time/sampling_s": t1 - t0, "time/grading_s": time.perf_counter() - t1}
 
 
 def reward_stats(groups: Sequence[Group], pass_threshold: float | None = None) -> dict[str, Any]:

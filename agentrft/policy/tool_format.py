@@ -182,6 +182,8 @@ def _read_block(text: str, start: int, schemas: Mapping[str, Mapping[str, Any]])
         k += 1
     try:
         obj, end = _DECODER.raw_decode(text, k)
+        if not isinstance(obj, dict):  # only an object is a call; read the rest by its tags
+            raise json.JSONDecodeError("not an object", text, k)
     except (json.JSONDecodeError, RecursionError):
         close, reopen = text.find(CLOSE, start), text.find(OPEN, start)
         if reopen >= 0 and (close < 0 or reopen < close):  # a new call starts first

@@ -70,12 +70,14 @@ _pieces = st.sampled_from(list('{}[]":,<>/ \n\\abcxyz_01') + [OPEN, CLOSE, '"nam
 _texty = st.lists(_pieces, max_size=60).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(_texty)
 def test_never_raises_and_never_drops_an_attempted_call(text):
     r = parse_reply(text, SCHEMAS)
-    opened = text.count(OPEN)
-    assert len(r.calls) >= opened  # every opening tag yields a call record (valid or not)
+    # every opening tag yields a call record (valid or not), unless it sits inside the
+    # JSON of a call, as part of an argument string
+    inside = sum(c.arguments.count(OPEN) for c in r.calls)
+    assert len(r.calls) >= text.count(OPEN) - inside
     for c in r.calls:
         assert (c.error is None) == (c.name in SCHEMAS and c.error is None)
         if c.error is None:
