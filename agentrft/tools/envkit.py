@@ -43,7 +43,6 @@ from starlette.concurrency import run_in_threadpool
 from agentrft.tools.http import MAX_PAYLOAD_BYTES
 from agentrft.tools.python import ToolInputError
 
-
 log = logging.getLogger(__name__)
 
 @dataclass
