@@ -46,7 +46,7 @@ class HFPolicy:
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
 
     @classmethod
-    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "bf16") -> HFPolicy:
+    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "bf16", for_training: bool = False) -> HFPolicy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path: Path = resolve_model(name_or_path)
@@ -56,6 +56,9 @@ class HFPolicy:
         model.to(pick_device(device)).eval()
         log.info("loaded %s in %.1fs", path, time.perf_counter() - t0)
         return cls(model, tokenizer, dtype=dtype, name=name_or_path)
+
+    def sync_sampler(self) -> None:
+        """Make sampling see the latest weights (after an update)."""
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
