@@ -9,6 +9,7 @@ independently while the rest of the batch continues.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -30,10 +31,18 @@ def pick_device(device: str) -> torch.device:
 
 
 class HFPolicy:
-    """A causal LM from transformers, with fp32 master weights and optional bf16 autocast."""
+    """A causal LM from transformers that samples batches with a KV cache.
 
-    def __init__(self, model: Any, tokenizer: Any, dtype: str = "bf16", name: str = "") -> None:
+    For inference the weights are held in the sampling dtype (bf16 by default). For training
+    (`for_training=True`) `model` keeps fp32 master weights for the optimiser, and sampling
+    runs on a separate copy in the sampling dtype with any LoRA adapter merged in, refreshed
+    by `sync_sampler()` after each update: no per-token autocast casts and no LoRA detour
+    while decoding (what vLLM's weight sync does on GPUs).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, dtype: str = "bf16", name: str = "", sampler: Any = None) -> None:
         self.model = model
+        self.sampler_model = sampler if sampler is not None else model
         self.tokenizer = tokenizer
         self.dtype = dtype
         self.name = name
@@ -46,6 +55,13 @@ class HFPolicy:
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
 
     @classmethod
+    def for_inference(cls, model: Any, tokenizer: Any, dtype: str = "bf16", name: str = "") -> HFPolicy:
+        """Wrap a loaded model for sampling only: weights cast once to the sampling dtype."""
+        if dtype == "bf16":
+            model = model.to(torch.bfloat16)
+        return cls(model.eval(), tokenizer, dtype=dtype, name=name)
+
+    @classmethod
     def load(cls, name_or_path: str, device: str = "auto", dtype: str = "bf16", for_training: bool = False) -> HFPolicy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -55,15 +71,37 @@ class HFPolicy:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         model.to(pick_device(device)).eval()
         log.info("loaded %s in %.1fs", path, time.perf_counter() - t0)
-        return cls(model, tokenizer, dtype=dtype, name=name_or_path)
+        if not for_training:
+            return cls.for_inference(model, tokenizer, dtype=dtype, name=name_or_path)
+        sampler = copy.deepcopy(model).to(torch.bfloat16 if dtype == "bf16" else torch.float32).eval()
+        sampler.requires_grad_(False)
+        return cls(model, tokenizer, dtype=dtype, name=name_or_path, sampler=sampler)
 
+    @torch.no_grad()
     def sync_sampler(self) -> None:
-        """Make sampling see the latest weights (after an update)."""
+        """Copy the trained weights into the sampling copy (LoRA deltas merged in). Call it
+        after every optimiser step; a no-op when sampling uses `model` itself."""
+        if self.sampler_model is self.model:
+            return
+        target = dict(self.sampler_model.named_parameters())
+        if hasattr(self.model, "peft_config"):
+            from peft.tuners.lora import LoraLayer
+
+            base = self.model.get_base_model()
+            for name, module in base.named_modules():
+                if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
+                    weight = module.base_layer.weight
+                    for adapter in module.active_adapters:
+                        weight = weight + module.get_delta_weight(adapter)
+                    target[f"{name}.weight"].copy_(weight)
+        else:
+            for name, p in self.model.named_parameters():
+                target[name].copy_(p)
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
-        """bf16 autocast over fp32 weights (the CPU here has bf16 matrix units), or nothing."""
-        if self.dtype == "bf16":
+        """bf16 autocast when bf16 is asked for but the sampling weights are fp32."""
+        if self.dtype == "bf16" and next(self.sampler_model.parameters()).dtype == torch.float32:
             with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
                 yield
         else:
@@ -77,71 +115,73 @@ class HFPolicy:
         max_tokens: Sequence[int] | None = None,
         seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
+        """Identical prompts (a group's first turn) are prefilled once and their KV cache
+        shared; rows that finish are dropped from the batch as it goes."""
         if not prompts:
             return []
-        limits = [min(params.max_tokens, m) for m in max_tokens] if max_tokens is not None else [params.max_tokens] * len(prompts)
+        B, dev = len(prompts), self.device
+        limits = [min(params.max_tokens, m) for m in max_tokens] if max_tokens is not None else [params.max_tokens] * B
         if any(m < 1 for m in limits):
             raise ValueError("every row needs max_tokens >= 1")
-        B, dev = len(prompts), self.device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((B, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((B, width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding: every row's last token is at -1
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(dev), mask.to(dev)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         if seeds is None:
             base = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
             seeds = [base + i for i in range(B)]
         gens = [torch.Generator(device=dev).manual_seed(int(s) % 2**63) for s in seeds]
-        limit_t = torch.tensor(limits, device=dev)
-        stop_t = torch.tensor(sorted(self.stop_token_ids), device=dev)
-
+        model = self.sampler_model
         from transformers import DynamicCache
 
+        # prefill each distinct prompt once (left-padded), then give every row its copy
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        width = max(len(p) for p in distinct)
+        ids = torch.full((len(distinct), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(distinct), width), dtype=torch.long)
+        for i, p in enumerate(distinct):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        out_tokens: list[torch.Tensor] = []
-        out_logps: list[torch.Tensor] = []
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
-        lengths = torch.zeros(B, dtype=torch.long, device=dev)
-        stopped = torch.zeros(B, dtype=torch.bool, device=dev)
-        stop_strings: list[str] = [""] * B
-        tail = max((len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
-        step_ids, step_pos = ids, positions
+        expand = torch.tensor(row_of, device=dev)
         with self.autocast():
-            for _ in range(max(limits)):
-                logits = self.model(
-                    input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                    cache=cache, use_cache=True, logits_to_keep=1,
-                ).logits[:, -1, :].float()
-                tok, logp = _choose(logits, params, gens)
-                tok = torch.where(done, torch.full_like(tok, self.pad_token_id), tok)
-                out_tokens.append(tok)
-                out_logps.append(logp)
-                lengths += (~done).long()
-                hit_stop = torch.isin(tok, stop_t) & ~done
-                if params.stop:
-                    for i in (~done & ~hit_stop).nonzero().flatten().tolist():
-                        recent = self.tokenizer.decode(torch.stack(out_tokens[-tail:], 1)[i].tolist())
-                        matched = next((s for s in params.stop if s in recent), None)
-                        if matched is not None:
-                            stop_strings[i] = matched
-                            hit_stop[i] = True
-                stopped |= hit_stop
-                done |= hit_stop | (lengths >= limit_t)
-                if bool(done.all()):
-                    break
-                mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], dim=1)
-                step_ids = tok[:, None]
-                step_pos = step_pos[:, -1:] + 1
-        toks = torch.stack(out_tokens, 1).tolist()
-        lps = torch.stack(out_logps, 1).tolist()
-        result = []
-        for i in range(B):
-            n = int(lengths[i])
-            result.append(Completion(tuple(toks[i][:n]), tuple(lps[i][:n]), "stop" if bool(stopped[i]) else "length", stop_strings[i]))
-        return result
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+        if len(distinct) < B:
+            cache.reorder_cache(expand)
+        logits, mask, last_pos = logits[expand].float(), mask[expand], positions[expand, -1:]
+
+        out_tokens: list[list[int]] = [[] for _ in range(B)]
+        out_logps: list[list[float]] = [[] for _ in range(B)]
+        stop_text = [""] * B
+        finished = [False] * B
+        live = list(range(B))  # original row of each batch row
+        stop_t = torch.tensor(sorted(self.stop_token_ids), device=dev)
+        tail = max((len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
+        while True:
+            tok, logp = _choose(logits, params, [gens[i] for i in live])
+            is_stop = torch.isin(tok, stop_t).tolist()
+            for j, (i, t, lp) in enumerate(zip(live, tok.tolist(), logp.tolist(), strict=True)):
+                out_tokens[i].append(t)
+                out_logps[i].append(lp)
+                if is_stop[j]:
+                    finished[i] = True
+                elif params.stop:
+                    recent = self.tokenizer.decode(out_tokens[i][-tail:])
+                    hit = next((s for s in params.stop if s in recent), None)
+                    if hit is not None:
+                        finished[i], stop_text[i] = True, hit
+            keep = [j for j, i in enumerate(live) if not finished[i] and len(out_tokens[i]) < limits[i]]
+            if not keep:
+                break
+            if len(keep) < len(live):  # drop finished rows so they cost nothing more
+                idx = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(idx)
+                tok, mask, last_pos = tok[idx], mask[idx], last_pos[idx]
+                live = [live[j] for j in keep]
+            mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
+            last_pos = last_pos + 1
+            with self.autocast():
+                logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :].float()
+        return [Completion(tuple(out_tokens[i]), tuple(out_logps[i]), "stop" if finished[i] else "length", stop_text[i]) for i in range(B)]
 
 
 def _choose(logits: torch.Tensor, params: SamplingParams, gens: Sequence[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:

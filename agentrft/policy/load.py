@@ -141,10 +141,10 @@ def load_policy(ref: str, *, base: str | None = None, device: str = "auto", dtyp
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_ref))
         model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=torch.float32)
         model.to(pick_device(device)).eval()  # type: ignore[arg-type]  # transformers' stubs type .to() narrowly
-        return HFPolicy(model, tokenizer, dtype=dtype, name=ref)
+        return HFPolicy.for_inference(model, tokenizer, dtype=dtype, name=ref)
     from peft import PeftModel
 
     assert base_ref is not None
-    policy = HFPolicy.load(base_ref, device=device, dtype=dtype)
+    policy = HFPolicy.load(base_ref, device=device, dtype="fp32")  # merge in fp32, then cast
     merged = PeftModel.from_pretrained(policy.model, resolved.path).merge_and_unload()
-    return HFPolicy(merged.eval(), policy.tokenizer, dtype=dtype, name=ref)
+    return HFPolicy.for_inference(merged, policy.tokenizer, dtype=dtype, name=ref)

@@ -69,14 +69,14 @@ def advantages(groups: list[Group], normalize_std: bool) -> tuple[list[Scored], 
     rollouts (NaN reward) never enter the group statistics."""
     scored: list[Scored] = []
     zero_signal = 0
-    for g in groups:
+    for k, g in enumerate(groups):
         rewards = torch.tensor([reward_of(gr) for gr in g.grades], dtype=torch.float64)
         if not has_signal(rewards):
             zero_signal += 1
             continue
         for traj, adv in zip(g.trajectories, group_advantages(rewards, normalize_std).tolist(), strict=True):
             if not math.isnan(adv) and adv != 0.0:
-                scored.append(Scored.from_trajectory(traj, adv))
+                scored.append(Scored.from_trajectory(traj, adv, group=k))
     return scored, {"groups/zero_signal": float(zero_signal), "groups/with_signal": float(len(groups) - zero_signal)}
 
 
@@ -113,9 +113,9 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     grader = build_grader(job.rl.grader, judge=job.agentrft.judge)
     hp = resolve_hyperparameters(job, len(train_items))
     ext = job.agentrft
-    policy = HFPolicy.load(job.model, ext.device, ext.dtype)
+    policy = HFPolicy.load(job.model, ext.device, ext.dtype, for_training=True)
     model = make_trainable(policy.model, ext.train, job.seed)
-    policy.model = model  # rollouts sample from the model being trained
+    policy.model = model  # trained here; rollouts sample from its synced copy
     optimizer = make_optimizer(model, hp.learning_rate, ext.train.weight_decay)
     state = TrainState(step=0, seed=job.seed)
     if resume:
@@ -123,6 +123,7 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
         if ckpt is None:
             raise AgentRFTError(f"{run_dir}: no checkpoint to resume from")
         state = load_checkpoint(ckpt, model, optimizer)
+        policy.sync_sampler()
         console.print(f"resuming from {ckpt.name} (step {state.step})")
     return Setup(job, hp, policy, model, optimizer, grader, train_items, val_items, state)
 
@@ -183,6 +184,7 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             scored, adv_stats = advantages(groups, normalize_std=ext.train.loss != "dr_grpo")
             # 4. update
             upd = update_policy(s.model, s.optimizer, scored, ucfg)
+            s.policy.sync_sampler()
             s.state.step = step + 1
             trajs = [t for g in groups for t in g.trajectories]
             metrics: dict[str, Any] = {

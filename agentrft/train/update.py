@@ -40,22 +40,46 @@ class Scored:
     targets: list[int]  # positions t (>= 1) whose token was sampled
     sampler_logp: list[float]  # log-probs recorded at sampling, aligned with targets
     advantage: float
+    group: int = 0  # rollouts of one group share their prompt
 
     @classmethod
-    def from_trajectory(cls, traj: Trajectory, advantage: float) -> Scored:
+    def from_trajectory(cls, traj: Trajectory, advantage: float, group: int = 0) -> Scored:
         targets = [t for t, o in enumerate(traj.origins) if o == Origin.SAMPLED and t > 0]
-        return cls(list(traj.tokens), targets, [traj.logprobs[t] for t in targets], advantage)
+        return cls(list(traj.tokens), targets, [traj.logprobs[t] for t in targets], advantage, group)
+
+
+MIN_SHARED = 16  # shorter shared prefixes are not worth a separate forward pass
+
+
+def shared_prefix(items: Sequence[Scored]) -> int:
+    """How many leading tokens all `items` share (at most the shortest length - 1), or 0
+    when that is under MIN_SHARED."""
+    if len(items) < 2:
+        return 0
+    first, limit = items[0].tokens, min(len(it.tokens) for it in items) - 1
+    p = 0
+    while p < limit and all(it.tokens[p] == first[p] for it in items[1:]):
+        p += 1
+    return p if p >= MIN_SHARED else 0
 
 
 def micro_batches(items: Sequence[Scored], max_tokens: int) -> list[list[int]]:
-    """Indices grouped so that (rows x longest row) stays under max_tokens; longest first."""
-    order = sorted(range(len(items)), key=lambda i: -len(items[i].tokens))
+    """Indices of rollouts to score together: a group's rollouts stay together (their shared
+    prompt is computed once), split so that prefix + rows x longest suffix <= max_tokens."""
+    groups: dict[int, list[int]] = {}
+    for i, it in enumerate(items):
+        groups.setdefault(it.group, []).append(i)
     batches: list[list[int]] = []
-    for i in order:
-        if batches and (len(batches[-1]) + 1) * len(items[batches[-1][0]].tokens) <= max_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
+    for members in groups.values():
+        prefix = shared_prefix([items[i] for i in members])
+        current: list[int] = []
+        for i in sorted(members, key=lambda i: -len(items[i].tokens)):
+            longest = len(items[current[0]].tokens) if current else len(items[i].tokens)
+            if current and prefix + (len(current) + 1) * (longest - prefix) > max_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+        batches.append(current)
     return batches
 
 
@@ -71,21 +95,39 @@ def _autocast(enabled: bool, device: torch.device) -> Any:
 
 def token_logprobs(model: Any, items: Sequence[Scored], temperature: float, bf16: bool, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and optionally entropies) of every target token of `items`, flattened in
-    order. Right-padded batch; logits only at the positions that predict a target."""
+    order; logits only at the positions that predict a target.
+
+    When the items share a prompt (a group), it is run once and its KV cache shared by every
+    row (gradients flow back through it from all of them, exactly as if each row had its own
+    copy); then only the rows' own suffixes are computed, right-padded."""
     decoder, head = _parts(model)
     device = next(model.parameters()).device
-    width = max(len(it.tokens) for it in items)
+    prefix = shared_prefix(items)
+    width = max(len(it.tokens) for it in items) - prefix
     ids = torch.zeros((len(items), width), dtype=torch.long)
-    mask = torch.zeros((len(items), width), dtype=torch.long)
+    mask = torch.zeros((len(items), prefix + width), dtype=torch.long)
+    mask[:, :prefix] = 1
     rows, cols, tgt = [], [], []
     for b, it in enumerate(items):
-        ids[b, : len(it.tokens)] = torch.tensor(it.tokens)
+        ids[b, : len(it.tokens) - prefix] = torch.tensor(it.tokens[prefix:])
         mask[b, : len(it.tokens)] = 1
         rows += [b] * len(it.targets)
         cols += [t - 1 for t in it.targets]  # position t-1 predicts token t
         tgt += [it.tokens[t] for t in it.targets]
+    ids, mask = ids.to(device), mask.to(device)
     with _autocast(bf16, device):
-        hidden = decoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        if prefix:
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+            head_ids = torch.tensor([items[0].tokens[:prefix]], device=device)
+            shared = decoder(input_ids=head_ids, cache=cache, use_cache=True).last_hidden_state
+            cache.reorder_cache(torch.zeros(len(items), dtype=torch.long, device=device))  # one view per row
+            positions = torch.arange(prefix, prefix + width, device=device).expand(len(items), -1)
+            own = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
+            hidden = torch.cat([shared.expand(len(items), -1, -1), own], dim=1)
+        else:
+            hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
         logits = head(hidden[torch.tensor(rows), torch.tensor(cols)])
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
     logp = logp_all.gather(-1, torch.tensor(tgt, device=device)[:, None]).squeeze(-1)
