@@ -122,7 +122,7 @@ class Sampling(_Strict):
 
 class Lora(_Strict):
     rank: int = Field(default=16, ge=1)
-    alpha: float = 32.0
+    alpha: int = 32
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

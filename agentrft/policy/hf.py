@@ -68,7 +68,7 @@ class HFPolicy:
         path: Path = resolve_model(name_or_path)
         t0 = time.perf_counter()
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         model.to(pick_device(device)).eval()
         log.info("loaded %s in %.1fs", path, time.perf_counter() - t0)
         if not for_training:
@@ -92,7 +92,7 @@ class HFPolicy:
                 if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
                     weight = module.base_layer.weight
                     for adapter in module.active_adapters:
-                        weight = weight + module.get_delta_weight(adapter)
+                        weight = weight + module.get_delta_weight(adapter)  # type: ignore[attr-defined]  # on peft's Linear
                     target[f"{name}.weight"].copy_(weight)
         else:
             for name, p in self.model.named_parameters():
@@ -142,11 +142,11 @@ class HFPolicy:
         ids, mask = ids.to(dev), mask.to(dev)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        expand = torch.tensor(row_of, device=dev)
+        expand = torch.tensor(row_of, dtype=torch.long, device=dev)
         with self.autocast():
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
         if len(distinct) < B:
-            cache.reorder_cache(expand)
+            cache.reorder_cache(expand)  # type: ignore[arg-type]  # any long tensor does
         logits, mask, last_pos = logits[expand].float(), mask[expand], positions[expand, -1:]
 
         out_tokens: list[list[int]] = [[] for _ in range(B)]

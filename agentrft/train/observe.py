@@ -19,7 +19,7 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
             out.update(flatten(v, key + "/"))
-        elif isinstance(v, bool) or isinstance(v, int | float):
+        elif isinstance(v, int | float):  # bools included
             out[key] = float(v)
     return out
 

@@ -122,7 +122,7 @@ def token_logprobs(model: Any, items: Sequence[Scored], temperature: float, bf16
             cache = DynamicCache()
             head_ids = torch.tensor([items[0].tokens[:prefix]], device=device)
             shared = decoder(input_ids=head_ids, cache=cache, use_cache=True).last_hidden_state
-            cache.reorder_cache(torch.zeros(len(items), dtype=torch.long, device=device))  # one view per row
+            cache.reorder_cache(torch.zeros(len(items), dtype=torch.long, device=device))  # type: ignore[arg-type]  # one view per row
             positions = torch.arange(prefix, prefix + width, device=device).expand(len(items), -1)
             own = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
             hidden = torch.cat([shared.expand(len(items), -1, -1), own], dim=1)
