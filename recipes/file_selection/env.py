@@ -37,12 +37,12 @@ import regex
 
 from agentrft.tools.envkit import ToolInputError, ToolServer, TraceContext
 
-LIST_MAX_FILES = 200
-GREP_MAX_MATCHES = 50
+LIST_MAX_FILES = 100
+GREP_MAX_MATCHES = 20
 GREP_TIME_LIMIT_S = 10.0
-READ_MAX_LINES = 200
+READ_MAX_LINES = 60
 READ_MAX_CHARS = 16_000
-LINE_MAX_CHARS = 200  # grep shows at most this much of a matching line
+LINE_MAX_CHARS = 120  # grep shows at most this much of a matching line
 MAX_FILE_BYTES = 1 << 20  # grep and read_file skip larger files
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 

@@ -171,10 +171,11 @@ def test_list_files_glob_and_cap(server, repo_item, env_module, monkeypatch):
     assert output(call(server, "t", repo_item, "list_files")).splitlines()[-1].startswith("... and 4 more files")
 
 
-def test_read_file_ranges_and_errors(server, repo_item):
+def test_read_file_ranges_and_errors(server, repo_item, env_module):
     assert output(call(server, "t", repo_item, "read_file", path="a.txt", start_line=299)) == "299: line 299\n300: line 300"
     first_page = output(call(server, "t", repo_item, "read_file", path="a.txt")).splitlines()
-    assert len(first_page) == 201 and first_page[-1] == "... (300 lines in all; continue with start_line=201)"
+    limit = env_module.READ_MAX_LINES
+    assert len(first_page) == limit + 1 and first_page[-1] == f"... (300 lines in all; continue with start_line={limit + 1})"
     assert "binary" in output(call(server, "t", repo_item, "read_file", path="blob.bin"))
     for args in ({"path": "src"}, {"path": "a.txt", "start_line": 999}, {"path": "a.txt", "start_line": "x"},
                  {"path": "a.txt", "start_line": 5, "end_line": 2}, {"nope": 1}):
