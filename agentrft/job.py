@@ -155,8 +155,22 @@ class Extension(_Strict):
     # task design: what a small model needs before RL can find any signal
     system_prompt: str | None = None
     few_shot_messages: list[dict[str, Any]] = Field(default_factory=list)
-    prefill: str | None = None  # fixed start of the model's reply, e.g. "<tool_call>"
-    prefill_turns: Literal["first", "all"] = "first"  # which replies get it
+    # fixed start of the model's replies, inserted, not sampled: a string for the first reply
+    # (or every reply with prefill_turns: all), or a list with one prefix per reply in order
+    prefill: str | list[str] | None = None
+    prefill_turns: Literal["first", "all"] = "first"
+
+    @model_validator(mode="after")
+    def _prefill_shape(self) -> Extension:
+        if isinstance(self.prefill, list) and self.prefill_turns == "all":
+            raise ValueError("`prefill_turns: all` repeats one prefill; with a list of per-reply prefills leave it at `first`")
+        return self
+
+    @property
+    def prefills(self) -> tuple[str, ...]:
+        if self.prefill is None:
+            return ()
+        return (self.prefill,) if isinstance(self.prefill, str) else tuple(self.prefill)
     # rollouts
     sampling: Sampling = Field(default_factory=Sampling)
     group_size: int | None = Field(default=None, ge=1)  # overrides compute_multiplier

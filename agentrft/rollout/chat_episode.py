@@ -77,6 +77,12 @@ class ChatRolloutSettings:
         return {name: tool.spec.parameters for name, tool in self.tools.items()}
 
 
+def _one_prefill(prefills: tuple[str, ...]) -> str | None:
+    if len(prefills) > 1:
+        raise ConfigError("per-reply prefills cannot be sent to a chat endpoint; evaluate with the local model, or use a single \"<tool_call>\" prefill")
+    return prefills[0] if prefills else None
+
+
 def chat_settings_from_job(job: Job, base_url: str | None = None) -> ChatRolloutSettings:
     """The job's rollout settings for an endpoint (`base_url`: the job's environment server)."""
     from agentrft.rollout.group import tools_from_job
@@ -86,7 +92,7 @@ def chat_settings_from_job(job: Job, base_url: str | None = None) -> ChatRollout
         tools=tools_from_job(job, base_url), system_prompt=ext.system_prompt, few_shot_messages=tuple(ext.few_shot_messages),
         max_tokens_per_turn=s.max_tokens_per_turn, max_tokens_per_episode=s.max_tokens_per_episode,
         max_episode_steps=job.rl.max_episode_steps, max_tool_calls=ext.max_tool_calls,
-        prefill=ext.prefill, prefill_all_turns=ext.prefill_turns == "all",
+        prefill=_one_prefill(ext.prefills), prefill_all_turns=ext.prefill_turns == "all",
         # no seed: one seed for every rollout of a row would make an endpoint repeat itself
         sampling={"temperature": s.temperature, "top_p": s.top_p, "stop": list(s.stop) or None},
     )

@@ -44,8 +44,16 @@ class RolloutSettings:
     context_window: int = 2048
     max_episode_steps: int | None = None  # replies per rollout
     max_tool_calls: int | None = None  # a rollout stops once it asks for more than this
-    prefill: str | None = None
-    prefill_all_turns: bool = False  # default: only the first reply is prefilled
+    prefills: tuple[str, ...] = ()  # fixed start of reply 0, 1, ... (inserted, not sampled)
+    prefill_all_turns: bool = False  # repeat prefills[0] on every reply
+
+    def prefill_for(self, turn: int, item: Item) -> str | None:
+        """The text reply `turn` starts with; a row's own `prefill` replaces the first."""
+        if turn == 0 and item.prefill is not None:
+            return item.prefill
+        if self.prefill_all_turns:
+            return self.prefills[0] if self.prefills else None
+        return self.prefills[turn] if turn < len(self.prefills) else None
 
     @property
     def schemas(self) -> dict[str, Any]:
@@ -62,13 +70,12 @@ async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSam
     renderer, tok = settings.renderer, settings.renderer.tokenizer
     messages, ctx = renderer.initial(item)
     log = EpisodeLog(item, messages, trace_id=trace_id or new_trace_id())
-    first_prefill = item.prefill if item.prefill is not None else settings.prefill
-    first_ids = renderer.prefill_tokens(first_prefill) if first_prefill else []
     sampled_total = 0
     stop: StopReason | None
 
     while True:
-        prefill, prefill_ids = (first_prefill, first_ids) if not log.turns or settings.prefill_all_turns else (None, [])
+        prefill = settings.prefill_for(len(log.turns), item)
+        prefill_ids = renderer.prefill_tokens(prefill) if prefill else []
         if prefill_ids:
             ctx.insert(prefill_ids, [Origin.PREFILL] * len(prefill_ids))
         room = settings.context_window - len(ctx)

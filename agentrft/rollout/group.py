@@ -37,7 +37,7 @@ def settings_from_job(job: Job, policy: Policy, base_url: str | None = None) -> 
         context_window=min(ext.sampling.context_window or policy.context_window, policy.context_window),
         max_episode_steps=job.rl.max_episode_steps,
         max_tool_calls=ext.max_tool_calls,
-        prefill=ext.prefill,
+        prefills=ext.prefills,
         prefill_all_turns=ext.prefill_turns == "all",
     )
 

@@ -73,7 +73,9 @@ def endpoint(policy: ScriptedPolicy) -> Iterator[OpenAIChat]:
 
 def both(script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat, replies: list[str], **kw: Any) -> tuple[Trajectory, list[str], Trajectory, list[str]]:
     """Run the scenario once per driver; return each trajectory with the prompts it showed."""
-    token_kw = {k: v for k, v in kw.items() if k != "sampling"}
+    token_kw = {k: v for k, v in kw.items() if k not in ("sampling", "prefill")}
+    if "prefill" in kw:
+        token_kw["prefills"] = (kw["prefill"],)
     renderer = ChatRenderer(policy.tokenizer, SPECS, SYSTEM, FEW_SHOT)
 
     async def token() -> Trajectory:

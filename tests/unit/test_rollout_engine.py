@@ -34,7 +34,7 @@ def run(tokenizer, replies, n=1, sampling_max=200, few_shot=(), **settings):
 
 def test_recorded_tokens_are_exactly_what_the_model_saw(tokenizer):
     few = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": call(1, 1)}, {"role": "tool", "content": "2"}, {"role": "assistant", "content": "2"}]
-    (traj,), policy = run(tokenizer, [call(2, 3)[len("<tool_call>"):], call(5, 4), "The answer is 9."], few_shot=few, prefill="<tool_call>")
+    (traj,), policy = run(tokenizer, [call(2, 3)[len("<tool_call>"):], call(5, 4), "The answer is 9."], few_shot=few, prefills=("<tool_call>",))
     assert all(c.error is None for c in traj.tool_calls)
     assert traj.stop_reason == StopReason.FINAL_ANSWER and len(traj.turns) == 3
     assert len(policy.prompts) == 3
@@ -51,7 +51,7 @@ def test_recorded_tokens_are_exactly_what_the_model_saw(tokenizer):
 
 
 def test_only_sampled_tokens_are_trainable_and_carry_logprobs(tokenizer):
-    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefill="<tool_call>")
+    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefills=("<tool_call>",))
     assert traj.turns[0].tool_calls[0].error is None
     for o, lp in zip(traj.origins, traj.logprobs, strict=True):
         assert (lp != 0.0) == (o == Origin.SAMPLED)
@@ -74,11 +74,19 @@ def test_incremental_context_equals_a_full_render(tokenizer):
 
 
 def test_prefill_only_on_first_reply_by_default(tokenizer):
-    (traj,), policy = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefill="<tool_call>")
+    (traj,), policy = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefills=("<tool_call>",))
     assert traj.turns[0].tool_calls[0].error is None
     assert not traj.turns[1].text.startswith("<tool_call>")
-    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefill="<tool_call>", prefill_all_turns=True)
+    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefills=("<tool_call>",), prefill_all_turns=True)
     assert traj.turns[1].text.startswith("<tool_call>")
+
+
+def test_per_reply_prefills(tokenizer):
+    first = '<tool_call>{"name": "add", "arguments": {"a": '
+    (traj,), _ = run(tokenizer, ['2, "b": 3}}</tool_call>', '9"]'], prefills=(first, '["'))
+    assert traj.turns[0].tool_calls[0].error is None and traj.turns[0].text.startswith(first)
+    assert traj.turns[1].text == '["9"]'
+    assert traj.count(Origin.PREFILL) == len(tokenizer.encode(first, add_special_tokens=False)) + len(tokenizer.encode('["', add_special_tokens=False))
 
 
 def test_stop_rules(tokenizer):
