@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--multi-rows", type=int, default=2, help="prompts per step of the multi-turn task")
     ap.add_argument("--multi-max-tokens", type=int, default=128, help="multi-turn: sampled-token budget (TRL: max_completion_length)")
     ap.add_argument("--steps", type=int, default=3, help="measured steps")
+    ap.add_argument("--multi-steps", type=int, default=2, help="measured steps of the multi-turn task")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
     ap.add_argument("--threads", type=int, default=None, help="torch threads in each run (default: torch's choice)")
     ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
@@ -68,7 +71,7 @@ def config_for(args: argparse.Namespace, task: str) -> Any:
     from vs_trl_runners import Config
 
     if task == "multi":
-        return Config(args.multi_rows, args.group, args.multi_max_tokens, args.steps, args.warmup)
+        return Config(args.multi_rows, args.group, args.multi_max_tokens, args.multi_steps, args.warmup)
     return Config(args.rows, args.group, args.max_new_tokens, args.steps, args.warmup)
 
 
@@ -78,9 +81,10 @@ def worker(args: argparse.Namespace) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from agentrft.policy.models import resolve_model
     from vs_trl_runners import run_agentrft, run_trl
     from vs_trl_tasks import make_task, tools_model_dir
+
+    from agentrft.policy.models import resolve_model
 
     cfg = config_for(args, args.task)
     task = make_task(args.task, cfg.rows * cfg.total_steps)
@@ -101,8 +105,8 @@ def machine() -> dict[str, Any]:
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), platform.processor())
     mem = next((int(ln.split()[1]) / 2**20 for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")), 0.0)
-    import trl
     import transformers
+    import trl
 
     return {
         "cpu": cpu, "cores": os.cpu_count(), "ram_gib": round(mem, 1), "torch": torch.__version__,
@@ -114,7 +118,7 @@ def run_side(args: argparse.Namespace, side: str, task: str, dtype: str, root: P
     work = root / f"{task}-{dtype}-{side}"
     work.mkdir(parents=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", side, "--task", task, "--dtype", dtype, "--work", str(work)]
-    for flag in ("rows", "group", "max_new_tokens", "multi_rows", "multi_max_tokens", "steps", "warmup", "threads"):
+    for flag in ("rows", "group", "max_new_tokens", "multi_rows", "multi_max_tokens", "steps", "multi_steps", "warmup", "threads"):
         value = getattr(args, flag)
         if value is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(value)]
@@ -127,6 +131,9 @@ def run_side(args: argparse.Namespace, side: str, task: str, dtype: str, root: P
         tail = (work / "log.txt").read_text().splitlines()[-25:]
         print(f"  {side:8s} {task}/{dtype}: FAILED (exit {proc.returncode}) after {wall:.0f}s; log {work / 'log.txt'}:\n    " + "\n    ".join(tail), flush=True)
         return None
+    if not args.keep:  # the merged model and checkpoints agentrft exports at the end (~0.5 GB)
+        for heavy in ("run/final", "run/checkpoints", "trl"):
+            shutil.rmtree(work / heavy, ignore_errors=True)
     result = json.loads((work / "result.json").read_text())
     result["wall_s"], result["load_avg_end"] = wall, load
     print(f"  {side:8s} {task}/{dtype}: {wall:.0f}s wall (load average {load:.2f})", flush=True)
@@ -145,7 +152,8 @@ ROWS = [  # label, key, format
     ("other (s)", "other_s", "{:.2f}"),
     ("**step total (s)**", "step_s", "**{:.2f}**"),
     ("sampled tokens", "sampled_tokens", "{:.0f}"),
-    ("sampling tokens/s", "tokens_per_s", "{:.0f}"),
+    ("tokens generated (incl. truncated)", "generated_tokens", "{:.0f}"),
+    ("sampling tokens/s (kept)", "tokens_per_s", "{:.0f}"),
     ("rollouts in the update", "update_rows", "{:.1f}"),
     ("update ms per trained token", "update_ms_per_token", "{:.2f}"),
     ("tool calls", "tool_calls", "{:.1f}"),
@@ -168,10 +176,11 @@ def table(a: dict[str, Any], t: dict[str, Any], warmup: int) -> str:
     for label, key, fmt in ROWS:
         x, y = sa[key], st[key]
         ratio = ""
-        if key in ("sampling_s", "reward_s", "update_s", "step_s", "tokens_per_s", "update_ms_per_token") and x and y:
+        if key in ("sampling_s", "reward_s", "update_s", "step_s", "tokens_per_s", "update_ms_per_token") and x > 0 and y > 0:
             r = (x / y) if key in HIGHER_IS_BETTER else (y / x)
             ratio = f"{r:.2f}x" if key != "step_s" else f"**{r:.2f}x**"
-        lines.append(f"| {label} | {fmt.format(x)} | {fmt.format(y)} | {ratio} |")
+        cells = [fmt.format(v) if math.isfinite(v) else "-" for v in (x, y)]
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -187,7 +196,7 @@ def prompt_check(a: dict[str, Any], t: dict[str, Any]) -> str:
 def report(args: argparse.Namespace, results: dict[tuple[str, str, str], dict[str, Any] | None], info: dict[str, Any]) -> None:
     print(f"\n## Machine\n\n{info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM; torch {info['torch']}, transformers {info['transformers']}, trl {info['trl']}")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in info['load_avg_start'])}")
-    for (task, dtype) in sorted({(k[0], k[1]) for k in results}, key=lambda k: (k[0] != "single", k[1])):
+    for task, dtype in dict.fromkeys((k[0], k[1]) for k in results):  # in the order they ran
         a, t = results.get((task, dtype, "agentrft")), results.get((task, dtype, "trl"))
         cfg = config_for(args, task)
         what = "single-turn" if task == "single" else "multi-turn tool task"
@@ -204,6 +213,9 @@ def report(args: argparse.Namespace, results: dict[tuple[str, str, str], dict[st
               f"Linear outputs by phase {json.dumps(p['linear_output_dtype'], sort_keys=True)}")
         if task == "multi":
             print(f"TRL swapped in a training chat template: {t['chat_template_swapped']}; agentrft rendered tools natively: {a['native_tools']}")
+            for side, r in (("agentrft", a), ("TRL", t)):
+                turns = r["example_tool_rollout"]
+                print(f"a {side} rollout that called the tool:" + ("".join(f"\n    {line}" for line in turns) if turns else " none in this run"))
 
 
 def main() -> None:
@@ -225,8 +237,6 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "args": {k: str(v) for k, v in vars(args).items()}, "runs": {"/".join(k): v for k, v in results.items()}}, indent=1))
     if not args.keep:
-        import shutil
-
         shutil.rmtree(root, ignore_errors=True)
     else:
         print(f"\nrun directories kept in {root}")

@@ -101,25 +101,36 @@ def run_agentrft(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Pat
     job = load_job(task, cfg, dtype, model_dir, work)
     order = step_rows(job, task)
     run = train(job, work / "run")
-    steps = []
+    steps, example = [], []
     for m in read_metrics(run):
         records = read_jsonl(run / "rollouts" / f"step-{int(m['step'])}.jsonl")
         sampling, grading, update, total = m["time/sampling_s"], m["time/grading_s"], m.get("time/update_s", 0.0), m["time/step_s"]
         steps.append({
             "sampling_s": sampling, "reward_s": grading, "update_s": update, "other_s": total - sampling - grading - update, "step_s": total,
             "sampled_tokens": sum(r["tokens"]["sampled"] for r in records),
+            "generated_tokens": sum(r["tokens"]["sampled"] for r in records),  # nothing sampled is dropped
             "rollouts": len(records),
             "update_rows": m.get("train/rollouts", 0.0), "update_tokens": m.get("train/tokens", 0.0),
             "tool_calls": sum(r["num_tool_calls"] for r in records),
             "reward_mean": m.get("reward/mean"),
         })
+        called = [r for r in records if r["num_tool_calls"]]
+        if called and not example:
+            for t in called[0]["turns"]:
+                example.append(_brief("assistant", t["text"]))
+                example.extend(_brief("tool", res["output"]) for res in t["tool_results"])
     # The prompts its episodes started from: ChatRenderer.initial, exactly as run_episode calls it.
     tok = AutoTokenizer.from_pretrained(job.model)
     ext = job.agentrft
     renderer = ChatRenderer(tok, job.rl.tools, ext.system_prompt, ext.few_shot_messages)
     items = load_dataset(job.training_path)
     prompt_ids = [[renderer.initial(items[i])[1].tokens for i in rows] for rows in order]
-    return {"steps": steps, "prompt_ids": prompt_ids, "rows": order, "native_tools": renderer.native_tools}
+    return {"steps": steps, "prompt_ids": prompt_ids, "rows": order, "native_tools": renderer.native_tools, "example_tool_rollout": example}
+
+
+def _brief(role: str, text: str) -> str:
+    text = " ".join(str(text).split())
+    return f"{role}: {text[:90]}{'...' if len(text) > 90 else ''}"
 
 
 # -- TRL ------------------------------------------------------------------------------------
@@ -167,6 +178,8 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
 
         def wrapper(*a: Any, **k: Any) -> Any:
             before, phase[0] = phase[0], name
+            if name == "_generate":
+                generated.append(0)
             t0 = time.perf_counter()
             try:
                 out = inner(*a, **k)
@@ -185,11 +198,27 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
         counts["rollouts"].append(len(c_ids))
         counts["tool_calls"].append(sum(1 for c in completions if not isinstance(c, str) for m in c if m.get("role") == "tool"))
         prompt_ids.append([list(map(int, ids)) for ids in p_ids[:: cfg.group]])
+        with_tool = [c for c in completions if not isinstance(c, str) and any(m.get("role") == "tool" for m in c)]
+        if with_tool and not example:
+            example.extend(_brief(m.get("role", ""), m.get("content") or json.dumps(m.get("tool_calls"))) for m in with_tool[0])
 
     def after_rewards(out: Any) -> None:
         counts["reward_mean"].append(float(out.sum(dim=1).nanmean()))
 
+    def count_generated(name: str) -> None:  # every sampled token, kept or later truncated
+        inner = getattr(trainer, name)
+
+        def wrapper(*a: Any, **k: Any) -> Any:
+            out = inner(*a, **k)
+            generated[-1] += sum(map(len, out[0]))
+            return out
+
+        setattr(trainer, name, wrapper)
+
+    generated: list[int] = []
+    example: list[str] = []  # one rollout that called the tool, to show the loop ran
     timed("_generate", after_generate)
+    count_generated("_generate_single_turn")
     timed("_calculate_rewards", after_rewards)
     timed("_generate_and_score_completions")
 
@@ -213,7 +242,7 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
         gen, rew, gas, total = times["_generate"][k], times["_calculate_rewards"][k], times["_generate_and_score_completions"][k], times["step"][k]
         steps.append({
             "sampling_s": gen, "reward_s": rew, "update_s": total - gas, "other_s": gas - gen - rew, "step_s": total,
-            "sampled_tokens": counts["sampled_tokens"][k], "rollouts": counts["rollouts"][k],
+            "sampled_tokens": counts["sampled_tokens"][k], "generated_tokens": generated[k], "rollouts": counts["rollouts"][k],
             "update_rows": counts["rollouts"][k], "update_tokens": counts["sampled_tokens"][k],  # every rollout enters the loss
             "tool_calls": counts["tool_calls"][k], "reward_mean": counts["reward_mean"][k],
         })
@@ -225,6 +254,6 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
         "linear_output_dtype": {k: sorted(v) for k, v in seen_dtypes.items()},
     }
     return {
-        "steps": steps, "prompt_ids": prompt_ids, "rows": order, "precision": precision,
+        "steps": steps, "prompt_ids": prompt_ids, "rows": order, "precision": precision, "example_tool_rollout": example,
         "chat_template_swapped": trainer.chat_template is not None, "torch_threads": torch.get_num_threads(),
     }

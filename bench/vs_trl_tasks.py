@@ -56,12 +56,18 @@ FEW_SHOT_DIRECTORY = [
     {"role": "assistant", "content": '<tool_call>\n{"name": "lookup_employee", "arguments": {"name": "Lena Brook"}}\n</tool_call>'},
     {"role": "tool", "content": "extension: 5513, office: C-210, team: Mobile, manager: Otto Fenn"},
     {"role": "assistant", "content": "The extension of Lena Brook is 5513."},
+    {"role": "user", "content": "Who is the manager of Arlo Finch?"},
+    {"role": "assistant", "content": '<tool_call>\n{"name": "lookup_employee", "arguments": {"name": "Arlo Finch"}}\n</tool_call>'},
+    {"role": "tool", "content": "extension: 2290, office: A-118, team: Search, manager: Mae Corrin"},
+    {"role": "assistant", "content": "The manager of Arlo Finch is Mae Corrin."},
 ]
 
 _PEOPLE = {p["name"].lower(): p for p in json.loads((DIRECTORY / "people.json").read_text())}
 
 
-def lookup_employee(name: str) -> str:
+# No "-> str" annotation: transformers would add a "return" key to the schema TRL renders,
+# which agentrft's tool spec has no field for, and the two prompts would differ.
+def lookup_employee(name: str):
     """Look up an employee by full name: extension, office, team and manager.
 
     Args:
