@@ -155,18 +155,20 @@ ROWS = [  # label, key, format
     ("tokens generated (incl. truncated)", "generated_tokens", "{:.0f}"),
     ("sampling tokens/s (kept)", "tokens_per_s", "{:.0f}"),
     ("rollouts in the update", "update_rows", "{:.1f}"),
-    ("update ms per trained token", "update_ms_per_token", "{:.2f}"),
-    ("tool calls", "tool_calls", "{:.1f}"),
+    ("context tokens of those rollouts", "update_context_tokens", "{:.0f}"),
+    ("update ms per 1k context tokens", "update_ms_per_1k", "{:.0f}"),
+    ("model replies", "replies", "{:.1f}"),
+    ("tool calls answered", "tool_calls", "{:.1f}"),
     ("reward mean", "reward_mean", "{:.3f}"),
 ]
 HIGHER_IS_BETTER = {"tokens_per_s"}
 
 
 def summary(result: dict[str, Any], warmup: int) -> dict[str, float]:
-    out = {key: mean(result, key, warmup) for _, key, _ in ROWS if key not in ("tokens_per_s", "update_ms_per_token")}
+    out = {key: mean(result, key, warmup) for _, key, _ in ROWS if key not in ("tokens_per_s", "update_ms_per_1k")}
     out["tokens_per_s"] = out["sampled_tokens"] / out["sampling_s"] if out["sampling_s"] else float("nan")
-    tokens = mean(result, "update_tokens", warmup)
-    out["update_ms_per_token"] = 1000 * out["update_s"] / tokens if tokens else float("nan")
+    tokens = out["update_context_tokens"]
+    out["update_ms_per_1k"] = 1e6 * out["update_s"] / tokens if tokens else float("nan")
     return out
 
 
@@ -176,7 +178,7 @@ def table(a: dict[str, Any], t: dict[str, Any], warmup: int) -> str:
     for label, key, fmt in ROWS:
         x, y = sa[key], st[key]
         ratio = ""
-        if key in ("sampling_s", "reward_s", "update_s", "step_s", "tokens_per_s", "update_ms_per_token") and x > 0 and y > 0:
+        if key in ("sampling_s", "reward_s", "update_s", "step_s", "tokens_per_s", "update_ms_per_1k") and x > 0 and y > 0:
             r = (x / y) if key in HIGHER_IS_BETTER else (y / x)
             ratio = f"{r:.2f}x" if key != "step_s" else f"**{r:.2f}x**"
         cells = [fmt.format(v) if math.isfinite(v) else "-" for v in (x, y)]

@@ -111,7 +111,9 @@ def run_agentrft(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Pat
             "generated_tokens": sum(r["tokens"]["sampled"] for r in records),  # nothing sampled is dropped
             "rollouts": len(records),
             "update_rows": m.get("train/rollouts", 0.0), "update_tokens": m.get("train/tokens", 0.0),
-            "tool_calls": sum(r["num_tool_calls"] for r in records),
+            "update_context_tokens": _context_tokens_in_update(records),
+            "replies": sum(r["num_turns"] for r in records),
+            "tool_calls": sum(r["num_tool_calls"] for r in records),  # each is answered by a tool message, malformed ones too
             "reward_mean": m.get("reward/mean"),
         })
         called = [r for r in records if r["num_tool_calls"]]
@@ -126,6 +128,26 @@ def run_agentrft(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Pat
     items = load_dataset(job.training_path)
     prompt_ids = [[renderer.initial(items[i])[1].tokens for i in rows] for rows in order]
     return {"steps": steps, "prompt_ids": prompt_ids, "rows": order, "native_tools": renderer.native_tools, "example_tool_rollout": example}
+
+
+def _context_tokens_in_update(records: list[dict[str, Any]]) -> int:
+    """Whole-sequence tokens (prompt, replies, tool outputs) of the rollouts agentrft trains
+    on: those with a non-zero group advantage, computed as its loop does."""
+    import math
+
+    import torch
+
+    from agentrft.train.advantages import group_advantages, has_signal
+
+    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[r["row"]].append(r)
+    total = 0
+    for rs in groups.values():
+        rewards = torch.tensor([math.nan if r["reward"] is None else r["reward"] for r in rs], dtype=torch.float64)
+        if has_signal(rewards):
+            total += sum(r["tokens"]["total"] for r, adv in zip(rs, group_advantages(rewards).tolist(), strict=True) if not math.isnan(adv) and adv != 0.0)
+    return total
 
 
 def _brief(role: str, text: str) -> str:
@@ -196,6 +218,8 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
         p_ids, c_ids, tool_mask, completions = out[0], out[1], out[2], out[3]
         counts["sampled_tokens"].append(sum(map(sum, tool_mask)) if tool_mask is not None else sum(map(len, c_ids)))
         counts["rollouts"].append(len(c_ids))
+        counts["context_tokens"].append(sum(len(p) + len(c) for p, c in zip(p_ids, c_ids, strict=True)))
+        counts["replies"].append(sum(1 if isinstance(c, str) else sum(m.get("role") == "assistant" for m in c) for c in completions))
         counts["tool_calls"].append(sum(1 for c in completions if not isinstance(c, str) for m in c if m.get("role") == "tool"))
         prompt_ids.append([list(map(int, ids)) for ids in p_ids[:: cfg.group]])
         with_tool = [c for c in completions if not isinstance(c, str) and any(m.get("role") == "tool" for m in c)]
@@ -243,8 +267,9 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
         steps.append({
             "sampling_s": gen, "reward_s": rew, "update_s": total - gas, "other_s": gas - gen - rew, "step_s": total,
             "sampled_tokens": counts["sampled_tokens"][k], "generated_tokens": generated[k], "rollouts": counts["rollouts"][k],
-            "update_rows": counts["rollouts"][k], "update_tokens": counts["sampled_tokens"][k],  # every rollout enters the loss
-            "tool_calls": counts["tool_calls"][k], "reward_mean": counts["reward_mean"][k],
+            # every rollout enters the loss, zero advantage or not
+            "update_rows": counts["rollouts"][k], "update_tokens": counts["sampled_tokens"][k], "update_context_tokens": counts["context_tokens"][k],
+            "replies": counts["replies"][k], "tool_calls": counts["tool_calls"][k], "reward_mean": counts["reward_mean"][k],
         })
     acc = trainer.accelerator
     precision = {
