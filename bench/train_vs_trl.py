@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--group", type=int, default=8, help="rollouts per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="single-turn: new tokens per reply")
     ap.add_argument("--multi-rows", type=int, default=2, help="prompts per step of the multi-turn task")
-    ap.add_argument("--multi-max-tokens", type=int, default=128, help="multi-turn: sampled-token budget (TRL: max_completion_length)")
+    ap.add_argument("--multi-max-tokens", type=int, default=96, help="multi-turn: sampled-token budget (TRL: max_completion_length)")
     ap.add_argument("--steps", type=int, default=3, help="measured steps")
     ap.add_argument("--multi-steps", type=int, default=2, help="measured steps of the multi-turn task")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
