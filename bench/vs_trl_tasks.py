@@ -51,14 +51,19 @@ WORDS = [
 ]
 
 SYSTEM_DIRECTORY = "You answer questions about employees. Call lookup_employee with the person's full name, then answer with the field that was asked for."
-# One worked example (a second one raises the share of well-formed calls little and makes
-# every prompt ~100 tokens longer). Calls are written as text in the template's own format:
-# agentrft renders message content only (see RESULTS.md).
+# The two worked examples of examples/directory/job.yaml. With one, SmolLM2-135M almost never
+# calls the tool (0/32 sampled first replies); with two, about 1 in 5 is a well-formed call.
+# Calls are written as text in the template's own format: agentrft renders message content
+# only (see RESULTS.md).
 FEW_SHOT_DIRECTORY = [
     {"role": "user", "content": "What is the phone extension of Lena Brook?"},
     {"role": "assistant", "content": '<tool_call>\n{"name": "lookup_employee", "arguments": {"name": "Lena Brook"}}\n</tool_call>'},
     {"role": "tool", "content": "extension: 5513, office: C-210, team: Mobile, manager: Otto Fenn"},
     {"role": "assistant", "content": "The extension of Lena Brook is 5513."},
+    {"role": "user", "content": "Who is the manager of Arlo Finch?"},
+    {"role": "assistant", "content": '<tool_call>\n{"name": "lookup_employee", "arguments": {"name": "Arlo Finch"}}\n</tool_call>'},
+    {"role": "tool", "content": "extension: 2290, office: A-118, team: Search, manager: Mae Corrin"},
+    {"role": "assistant", "content": "The manager of Arlo Finch is Mae Corrin."},
 ]
 
 _PEOPLE = {p["name"].lower(): p for p in json.loads((DIRECTORY / "people.json").read_text())}
