@@ -21,7 +21,7 @@ Each (task, dtype, side) runs in its own process, one after the other; the first
 steps are not measured. Reported per step (mean of the measured steps): sampling, reward,
 update, other, total, sampled tokens and tokens/s, rollouts entering the update, and
 TRL/agentrft ratios. Numbers depend on the machine and on what else runs on it: run it on a
-quiet machine. The default full run takes about 15 minutes on 2 cores.
+quiet machine. The default full run is estimated at about 15 minutes on 2 quiet cores.
 """
 
 from __future__ import annotations
@@ -222,11 +222,10 @@ def report(args: argparse.Namespace, results: dict[tuple[str, str, str], dict[st
 
 def main() -> None:
     args = parse_args()
+    sys.path.insert(0, str(HERE))  # vs_trl_tasks, vs_trl_runners
     if args.worker:
-        sys.path.insert(0, str(HERE))
         worker(args)
         return
-    sys.path.insert(0, str(HERE))
     info = machine()
     root = Path(tempfile.mkdtemp(prefix="train_vs_trl."))
     plan = [(task, dtype) for task in args.tasks.split(",") for dtype in (args.dtypes.split(",") if task == "single" else ["bf16"])]

@@ -25,7 +25,7 @@ from vs_trl_tasks import Task, final_text, fuzzy
 class Config:
     rows: int  # prompts per step
     group: int  # rollouts per prompt
-    max_new_tokens: int  # per reply; the whole completion for TRL (see README of the results)
+    max_new_tokens: int  # per reply and per rollout; TRL: the whole completion (see RESULTS.md)
     steps: int  # measured steps
     warmup: int  # steps run first and not measured
     temperature: float = 1.0
@@ -200,8 +200,6 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
 
         def wrapper(*a: Any, **k: Any) -> Any:
             before, phase[0] = phase[0], name
-            if name == "_generate":
-                generated.append(0)
             t0 = time.perf_counter()
             try:
                 out = inner(*a, **k)
@@ -217,6 +215,8 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
     def after_generate(out: Any) -> None:
         p_ids, c_ids, tool_mask, completions = out[0], out[1], out[2], out[3]
         counts["sampled_tokens"].append(sum(map(sum, tool_mask)) if tool_mask is not None else sum(map(len, c_ids)))
+        counts["generated_tokens"].append(raw_generated[0])
+        raw_generated[0] = 0
         counts["rollouts"].append(len(c_ids))
         counts["context_tokens"].append(sum(len(p) + len(c) for p, c in zip(p_ids, c_ids, strict=True)))
         counts["replies"].append(sum(1 if isinstance(c, str) else sum(m.get("role") == "assistant" for m in c) for c in completions))
@@ -229,17 +229,17 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
     def after_rewards(out: Any) -> None:
         counts["reward_mean"].append(float(out.sum(dim=1).nanmean()))
 
-    def count_generated(name: str) -> None:  # every sampled token, kept or later truncated
+    def count_generated(name: str) -> None:
         inner = getattr(trainer, name)
 
         def wrapper(*a: Any, **k: Any) -> Any:
             out = inner(*a, **k)
-            generated[-1] += sum(map(len, out[0]))
+            raw_generated[0] += sum(map(len, out[0]))
             return out
 
         setattr(trainer, name, wrapper)
 
-    generated: list[int] = []
+    raw_generated = [0]  # tokens out of every generation call, kept or later cut to the budget
     example: list[str] = []  # one rollout that called the tool, to show the loop ran
     timed("_generate", after_generate)
     count_generated("_generate_single_turn")
@@ -266,7 +266,7 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
         gen, rew, gas, total = times["_generate"][k], times["_calculate_rewards"][k], times["_generate_and_score_completions"][k], times["step"][k]
         steps.append({
             "sampling_s": gen, "reward_s": rew, "update_s": total - gas, "other_s": gas - gen - rew, "step_s": total,
-            "sampled_tokens": counts["sampled_tokens"][k], "generated_tokens": generated[k], "rollouts": counts["rollouts"][k],
+            "sampled_tokens": counts["sampled_tokens"][k], "generated_tokens": counts["generated_tokens"][k], "rollouts": counts["rollouts"][k],
             # every rollout enters the loss, zero advantage or not
             "update_rows": counts["rollouts"][k], "update_tokens": counts["sampled_tokens"][k], "update_context_tokens": counts["context_tokens"][k],
             "replies": counts["replies"][k], "tool_calls": counts["tool_calls"][k], "reward_mean": counts["reward_mean"][k],
