@@ -188,20 +188,21 @@ def _choose(logits: torch.Tensor, params: SamplingParams, gens: Sequence[torch.G
     """Pick the next token per row; return it and its log-prob under the sampling
     distribution (softmax of logits / temperature, before top-p truncation).
 
-    Sampling is Gumbel-max with each row's own generator: argmax(logits/T + Gumbel noise)
-    draws from softmax(logits/T), and a row's draw never depends on its batch-mates."""
+    Each row draws with its own generator, so its sample never depends on its batch-mates:
+    argmax(p / E) with E = -log(U), U uniform, is a draw from p (the exponential-race form
+    of Gumbel-max; in-place ops, one logarithm per token)."""
     if params.temperature <= 0:
         logp = torch.log_softmax(logits, dim=-1)
         tok = logits.argmax(dim=-1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
     logp = torch.log_softmax(logits / params.temperature, dim=-1)
-    scores = logp
+    probs = logp.exp()
     if params.top_p < 1.0:
-        sorted_lp, order = logp.sort(dim=-1, descending=True)
-        sorted_p = sorted_lp.exp()
+        sorted_p, order = probs.sort(dim=-1, descending=True)
         drop = sorted_p.cumsum(-1) - sorted_p >= params.top_p  # always keeps the top token
-        scores = logp.scatter(-1, order, sorted_lp.masked_fill(drop, float("-inf")))
-    uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, device=logits.device) for g in gens])
-    gumbel = -torch.log(-torch.log(uniform.clamp_min(1e-20)))
-    tok = (scores + gumbel).argmax(dim=-1)
+        probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+    race = torch.empty_like(probs)
+    for row, g in zip(race, gens, strict=True):
+        row.uniform_(generator=g)
+    tok = (probs / race.clamp_min_(1e-30).log_().neg_()).argmax(dim=-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

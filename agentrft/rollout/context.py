@@ -13,15 +13,28 @@ part the model already sampled (its stop token) is not inserted twice.
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentrft.errors import ConfigError
-from agentrft.policy.tool_format import template_supports_tools, tool_schema, tools_system_prompt
+from agentrft.policy.tool_format import CLOSE, OPEN, template_supports_tools, tool_schema, tools_system_prompt
 from agentrft.types import Item, Origin
 
 _SENTINEL = "@@agentrft-reply-end@@"
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    """OpenAI sends arguments as a JSON string; templates and our format want an object."""
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError:
+            return {"_raw": raw}
+        return value if isinstance(value, dict) else {"_value": value}
+    return dict(raw or {})
 
 
 @dataclass
@@ -83,8 +96,26 @@ class ChatRenderer:
         kwargs: dict[str, Any] = {}
         if self.native_tools and self.tool_specs:
             kwargs["tools"] = [tool_schema(s) for s in self.tool_specs]
-        plain = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
-        return str(self.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs))
+        shaped = [self._template_message(m) for m in messages]
+        return str(self.tokenizer.apply_chat_template(shaped, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs))
+
+    def _template_message(self, m: Mapping[str, Any]) -> dict[str, Any]:
+        """A message as the chat template gets it. OpenAI-style `tool_calls` written by the
+        user (few-shot examples, a row's earlier turns) go through the template's own tool
+        rendering when it has one, else become `<tool_call>` blocks. A reply the model wrote
+        already holds its calls as text and is rendered as written."""
+        content = m.get("content") or ""
+        calls = m.get("tool_calls") or []
+        out: dict[str, Any] = {"role": m["role"], "content": content}
+        if calls and OPEN not in content:
+            if self.native_tools:
+                out["tool_calls"] = [{"type": "function", "id": c.get("id"), "function": {"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))}} for c in calls]
+            else:
+                blocks = "".join(OPEN + json.dumps({"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))}) + CLOSE for c in calls)
+                out["content"] = content + blocks
+        if m["role"] == "tool" and self.native_tools:
+            out.update({k: m[k] for k in ("tool_call_id", "name") if k in m})
+        return out
 
     def _encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)

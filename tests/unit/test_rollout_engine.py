@@ -107,3 +107,15 @@ def test_group_rollouts_have_distinct_trace_ids(tokenizer):
     trajs, _ = run(tokenizer, [call(1, 2), "3"], n=4)
     assert len({t.trace_id for t in trajs}) == 4
     assert all(json.loads(t.tool_calls[0].arguments) == {"a": 1, "b": 2} for t in trajs)
+
+
+def test_openai_style_tool_calls_in_few_shot_are_rendered_not_dropped(tokenizer):
+    few = [
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "add", "content": "2"},
+        {"role": "assistant", "content": "2"},
+    ]
+    (traj,), policy = run(tokenizer, ["3"], few_shot=few)
+    prompt = tokenizer.decode(policy.prompts[0])
+    assert '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>' in prompt
