@@ -14,13 +14,18 @@ part the model already sampled (its stop token) is not inserted twice.
 from __future__ import annotations
 
 import json
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentrft.errors import ConfigError
-from agentrft.policy.tool_format import CLOSE, OPEN, template_supports_tools, tool_schema, tools_system_prompt
+from agentrft.policy.tool_format import (
+    CLOSE,
+    OPEN,
+    template_supports_tools,
+    tool_schema,
+    tools_system_prompt,
+)
 from agentrft.types import Item, Origin
 
 _SENTINEL = "@@agentrft-reply-end@@"
