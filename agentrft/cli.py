@@ -78,10 +78,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    root = Path(__file__).resolve().parent.parent
-    job = root / "examples" / "quickstart" / "job.yaml"
-    ns = argparse.Namespace(job=str(job), n=2, split="validation", rows=2, out=args.out, model=None, temperature=None, show=2)
-    return cmd_rollout(ns)
+    """The file-selection recipe end to end (recipes/file_selection/demo.py)."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parent.parent / "recipes" / "file_selection" / "demo.py"
+    if not script.is_file():
+        raise AgentRFTError(f"{script} not found: the demo runs from a checkout of the agentrft repository")
+    spec = importlib.util.spec_from_file_location("agentrft_demo", script)
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    demo.run(Path(args.out or "runs/demo"), steps=args.steps, seed=args.seed)
+    return 0
 
 
 def cmd_serve_model(args: argparse.Namespace) -> int:
@@ -132,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     d = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
-    d.add_argument("--out", default=None)
+    d.add_argument("--out", default=None, help="output folder (default runs/demo)")
+    d.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
+    d.add_argument("--seed", type=int, default=None, help="default: the recipe's")
     d.set_defaults(func=cmd_demo)
 
     add_evaluate_commands(sub)

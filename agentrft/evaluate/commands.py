@@ -98,60 +98,82 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
         return groups
 
 
+def evaluate_model(job: Any, items: Sequence[Any], k: int, model: str, out: Path, *, temperature: float | None = None, threshold: float = 1.0, endpoint_model: str | None = None, label: str = "eval") -> dict[str, Any]:
+    """Run and grade K rollouts per row with `model`; write results.json and rollouts.jsonl
+    to `out` and return the results."""
+    from agentrft.evaluate.eval import eval_results, graded_records
+    from agentrft.rollout.records import finite, write_jsonl
+
+    t0 = time.perf_counter()
+    groups = run_graded(job, items, k, model, temperature, label=label, endpoint_model=endpoint_model)
+    res = eval_results(groups, threshold)
+    res.update({"model": model, "job": job.source, "k": k, "rows": len(items), "wall_s": time.perf_counter() - t0})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(finite(res), indent=2))
+    write_jsonl(out / "rollouts.jsonl", graded_records(groups))
+    return res
+
+
+def preflight_job(job: Any, items: Sequence[Any], k: int, out: Path, *, model: str | None = None, temperature: float | None = None, threshold: float = 1.0) -> dict[str, Any]:
+    """The learnability check on `items`; writes preflight.json and rollouts.jsonl."""
+    from agentrft.evaluate.eval import graded_records
+    from agentrft.evaluate.preflight import preflight
+    from agentrft.rollout.records import finite, write_jsonl
+
+    _must(k >= 2, "preflight needs -k 2 or more: signal means rewards that differ across samples")
+    groups = run_graded(job, items, k, model, temperature, label="preflight")
+    rep = preflight(groups, [x for x in (1, 2, 4, 8, 16, 32) if x <= k], threshold)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "preflight.json").write_text(json.dumps(finite(rep), indent=2))
+    write_jsonl(out / "rollouts.jsonl", graded_records(groups))
+    return rep
+
+
+def print_preflight(rep: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from agentrft.console import console, summary_table
+
+    console.print(summary_table(rep["eval"], title="rollouts"))
+    t = Table(title="learnability", header_style="bold")
+    t.add_column("k", justify="right")
+    t.add_column("best-of-k reward", justify="right")
+    t.add_column(f"pass@k (reward >= {rep['threshold']:g})", justify="right")
+    for k in rep["best_of_k"]:
+        t.add_row(k, f"{rep['best_of_k'][k]:.3f}", f"{rep['pass_at_k'].get(k, float('nan')):.3f}")
+    console.print(t)
+    console.print(f"rows whose {rep['samples_per_row']} rewards differ: {rep['rows_with_signal']:.0%}   rewards {rep['reward_min']:.3g} .. {rep['reward_max']:.3g}   histogram {rep['eval']['reward_histogram']}")
+    style = {"learnable": "bold green", "weak_signal": "bold yellow"}.get(rep["verdict"], "bold red")
+    console.print(f"verdict: [{style}]{rep['verdict']}[/]")
+    for line in rep["advice"]:
+        console.print(f"  - {line}")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentrft.console import console, summary_table
-    from agentrft.evaluate.eval import eval_results, graded_records
     from agentrft.job import load_job
-    from agentrft.rollout.records import finite, write_jsonl
 
     job = load_job(args.job)
     items = _items(job, args.data, args.rows, "validation")
     out = _out_dir(args.out, "eval", job.agentrft.output_dir)
     model = args.model or "base"
     console.print(f"[bold]agentrft eval[/] {args.job}: {len(items)} rows x {args.k} samples, model {model}")
-    t0 = time.perf_counter()
-    groups = run_graded(job, items, args.k, model, args.temperature, label="eval", endpoint_model=args.endpoint_model)
-    res = eval_results(groups, args.threshold)
-    res.update({"model": model, "job": str(args.job), "k": args.k, "rows": len(items), "wall_s": time.perf_counter() - t0})
-    (out / "results.json").write_text(json.dumps(finite(res), indent=2))
-    write_jsonl(out / "rollouts.jsonl", graded_records(groups))
+    res = evaluate_model(job, items, args.k, model, out, temperature=args.temperature, threshold=args.threshold, endpoint_model=args.endpoint_model)
     console.print(summary_table(res, title=f"eval: {model}"))
     console.print(f"wrote {out / 'results.json'} and rollouts.jsonl")
     return 0
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from agentrft.console import console, summary_table
-    from agentrft.evaluate.eval import graded_records
-    from agentrft.evaluate.preflight import preflight
+    from agentrft.console import console
     from agentrft.job import load_job
-    from agentrft.rollout.records import finite, write_jsonl
 
     job = load_job(args.job)
-    _must(args.k >= 2, "preflight needs -k 2 or more: signal means rewards that differ across samples")
     items = _items(job, args.data, args.rows, args.split)
     out = _out_dir(args.out, "preflight", job.agentrft.output_dir)
     console.print(f"[bold]agentrft preflight[/] {args.job}: {len(items)} rows x {args.k} samples")
-    groups = run_graded(job, items, args.k, args.model, args.temperature, label="preflight")
-    ks = [k for k in (1, 2, 4, 8, 16, 32) if k <= args.k]
-    rep = preflight(groups, ks, args.threshold)
-    (out / "preflight.json").write_text(json.dumps(finite(rep), indent=2))
-    write_jsonl(out / "rollouts.jsonl", graded_records(groups))
-    console.print(summary_table(rep["eval"], title="rollouts"))
-    t = Table(title="learnability", header_style="bold")
-    t.add_column("k", justify="right")
-    t.add_column("best-of-k reward", justify="right")
-    t.add_column(f"pass@k (reward >= {args.threshold:g})", justify="right")
-    for k in ks:
-        t.add_row(str(k), f"{rep['best_of_k'].get(str(k), float('nan')):.3f}", f"{rep['pass_at_k'].get(str(k), float('nan')):.3f}")
-    console.print(t)
-    console.print(f"rows whose {args.k} rewards differ: {rep['rows_with_signal']:.0%}   rewards {rep['reward_min']:.3g} .. {rep['reward_max']:.3g}   histogram {rep['eval']['reward_histogram']}")
-    style = {"learnable": "bold green", "weak_signal": "bold yellow"}.get(rep["verdict"], "bold red")
-    console.print(f"verdict: [{style}]{rep['verdict']}[/]")
-    for line in rep["advice"]:
-        console.print(f"  - {line}")
+    rep = preflight_job(job, items, args.k, out, model=args.model, temperature=args.temperature, threshold=args.threshold)
+    print_preflight(rep)
     console.print(f"wrote {out / 'preflight.json'}")
     return 0
 
@@ -188,29 +210,39 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float 
     return [(label, get(a, *keys), get(b, *keys)) for label, keys in rows]
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def print_compare(a: dict[str, Any], b: dict[str, Any], label_a: str, label_b: str) -> None:
+    """Two eval summaries side by side, and their tool-call distributions."""
     from rich.table import Table
 
+    from agentrft.console import console
+
+    t = Table(title=f"compare: A = {label_a}   B = {label_b}", header_style="bold")
+    for col in ("metric", "A", "B", "B - A"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else (f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}")
+
+    for label, va, vb in compare_rows(a, b):
+        t.add_row(label, fmt(va), fmt(vb), "-" if va is None or vb is None else f"{vb - va:+.3f}")
+    console.print(t)
+    hist = Table(title="tool calls per rollout (share of rollouts)", header_style="bold")
+    for col in ("calls", "A", "B"):
+        hist.add_column(col, justify="right")
+    ha = {int(k): v for k, v in a.get("tool_calls_histogram", {}).items()}
+    hb = {int(k): v for k, v in b.get("tool_calls_histogram", {}).items()}
+    na, nb = max(1, sum(ha.values())), max(1, sum(hb.values()))
+    for n in sorted(set(ha) | set(hb)):
+        hist.add_row(str(n), f"{ha.get(n, 0) / na:.0%}", f"{hb.get(n, 0) / nb:.0%}")
+    console.print(hist)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
     from agentrft.console import console
     from agentrft.evaluate.report import write_report
 
     a, b = load_result(args.a), load_result(args.b)
-    t = Table(title=f"compare: A = {args.a}   B = {args.b}", header_style="bold")
-    for col in ("metric", "A", "B", "B - A"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
-    fmt = lambda v: "-" if v is None else (f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}")  # noqa: E731
-    for label, va, vb in compare_rows(a["summary"], b["summary"]):
-        t.add_row(label, fmt(va), fmt(vb), "-" if va is None or vb is None else f"{vb - va:+.3f}")
-    console.print(t)
-    hist = Table(title="tool calls per rollout (share of rollouts)", header_style="bold")
-    hist.add_column("calls", justify="right")
-    ha, hb = a["summary"].get("tool_calls_histogram", {}), b["summary"].get("tool_calls_histogram", {})
-    na, nb = max(1, sum(ha.values())), max(1, sum(hb.values()))
-    hist.add_column("A", justify="right")
-    hist.add_column("B", justify="right")
-    for n in sorted({int(k) for k in ha} | {int(k) for k in hb}):
-        hist.add_row(str(n), f"{ha.get(str(n), ha.get(n, 0)) / na:.0%}", f"{hb.get(str(n), hb.get(n, 0)) / nb:.0%}")
-    console.print(hist)
+    print_compare(a["summary"], b["summary"], args.a, args.b)
     out = Path(args.out) if args.out else Path("compare.html")
     write_report(out, before=a, after=b, rollouts=b["rollouts"] or a["rollouts"], title=f"agentrft compare: {args.a} vs {args.b}")
     console.print(f"wrote {out} (plots: tool calls before/after, best-of-k)")
