@@ -57,12 +57,18 @@ async def rollout_and_grade(
     on_rollout: Callable[[Trajectory], Any] | None = None,
 ) -> tuple[list[Group], dict[str, float]]:
     """Run and grade `group_size` rollouts per row; returns the graded groups and the wall
-    time of each phase."""
+    time and peak memory of each phase."""
+    from agentrft.train.observe import peak_rss_mb, reset_peak_rss
+
+    reset_peak_rss()
     t0 = time.perf_counter()
     groups = await run_groups_async(items, group_size, settings, sampler, on_rollout)
     t1 = time.perf_counter()
+    sampling_mb = peak_rss_mb()
+    reset_peak_rss()
     groups = await grade_and_cleanup(groups, grader, env_url)
-    return groups, {"time/sampling_s": t1 - t0, "time/grading_s": time.perf_counter() - t1}
+    return groups, {"time/sampling_s": t1 - t0, "time/grading_s": time.perf_counter() - t1,
+                    "memory/sampling_peak_mb": sampling_mb, "memory/grading_peak_mb": peak_rss_mb()}
 
 
 def reward_stats(groups: Sequence[Group], pass_threshold: float | None = None) -> dict[str, Any]:

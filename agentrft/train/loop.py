@@ -47,7 +47,7 @@ from agentrft.train.checkpoint import (
     save_checkpoint,
 )
 from agentrft.train.loss import LossConfig
-from agentrft.train.observe import RunLog
+from agentrft.train.observe import RunLog, peak_rss_mb, reset_peak_rss
 from agentrft.train.update import Scored, UpdateConfig, update_policy
 from agentrft.types import Group, Item
 
@@ -183,8 +183,10 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             # 3. advantages (group-relative; no spread, no signal)
             scored, adv_stats = advantages(groups, normalize_std=ext.train.loss != "dr_grpo")
             # 4. update
+            reset_peak_rss()
             upd = update_policy(s.model, s.optimizer, scored, ucfg)
             s.policy.sync_sampler()
+            upd["memory/update_peak_mb"] = peak_rss_mb()
             s.state.step = step + 1
             trajs = [t for g in groups for t in g.trajectories]
             metrics: dict[str, Any] = {

@@ -27,7 +27,7 @@ from agentrft.train.observe import read_metrics
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-PINNED_REV = "HEAD"  # replaced by a fixed commit once the history is long enough (see README)
+PINNED_REV = "878646fcf9d0b53bf43fae1ab6dbabd122357f92"  # history up to this commit: every clone builds the same rows
 EVAL_SAMPLES = 2  # rollouts per validation row, before and after
 PREFLIGHT_ROWS, PREFLIGHT_K = 6, 4
 

@@ -1,0 +1,86 @@
+"""Update throughput as model-FLOPs utilisation, against this machine's measured matmul peak.
+
+    .venv/bin/python bench/update.py [--groups 2] [--group-size 8] [--prompt-tokens 400] [--reply-tokens 64]
+
+The batch looks like one GRPO step: `groups` prompts with `group-size` rollouts each, every
+rollout a shared prompt plus its own reply (the tokens that are scored). One `update_policy`
+call (forward, backward, optimiser step) is timed, after one warm-up call.
+
+MFU = 6 x parameters x tokens / time / peak. Two token counts are reported: the context
+tokens of every rollout (what a trainer without prefix sharing processes) and the tokens
+agentrft actually runs through the model (each group's prompt once, plus every reply).
+With LoRA the backward pass skips the frozen weights' gradients (about 4N rather than 6N
+FLOPs per token), so the 6N convention overstates LoRA's work by about 1.5x; full
+fine-tuning does the whole 6N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from agentrft.job import Train
+from agentrft.policy.hf import HFPolicy
+from agentrft.train.checkpoint import make_optimizer, make_trainable
+from agentrft.train.loss import LossConfig
+from agentrft.train.observe import peak_rss_mb, reset_peak_rss
+from agentrft.train.update import Scored, UpdateConfig, update_policy
+
+
+def matmul_peak_tflops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n**3 * repeats / (time.perf_counter() - t0) / 1e12
+
+
+def batch(groups: int, size: int, prompt_tokens: int, reply_tokens: int, vocab: int) -> list[Scored]:
+    g = torch.Generator().manual_seed(0)
+    items = []
+    for k in range(groups):
+        prompt = torch.randint(100, vocab, (prompt_tokens,), generator=g).tolist()
+        for j in range(size):
+            reply = torch.randint(100, vocab, (reply_tokens,), generator=g).tolist()
+            toks = prompt + reply
+            items.append(Scored(toks, list(range(prompt_tokens, len(toks))), [0.0] * reply_tokens, advantage=float(j % 2) - 0.5, group=k))
+    return items
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", type=int, default=2)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--prompt-tokens", type=int, default=400)
+    ap.add_argument("--reply-tokens", type=int, default=64)
+    args = ap.parse_args()
+    peaks = {"fp32": matmul_peak_tflops(torch.float32), "bf16": matmul_peak_tflops(torch.bfloat16)}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak fp32 {peaks['fp32'] * 1000:.0f} GFLOP/s, bf16 {peaks['bf16'] * 1000:.0f} GFLOP/s")
+    print(f"batch: {args.groups} groups x {args.group_size} rollouts, prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens")
+    print(f"{'set-up':<18} {'step s':>7} {'ctx tok/s':>10} {'MFU(ctx)':>9} {'run tok/s':>10} {'MFU(run)':>9} {'peak MiB':>9}")
+    for full in (False, True):
+        for dtype in ("fp32", "bf16"):
+            policy = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype="fp32")
+            n_params = sum(p.numel() for p in policy.model.parameters())
+            model = make_trainable(policy.model, Train(full_finetune=full), seed=0)
+            opt = make_optimizer(model, 1e-5, 0.0)
+            items = batch(args.groups, args.group_size, args.prompt_tokens, args.reply_tokens, policy.tokenizer.vocab_size)
+            cfg = UpdateConfig(LossConfig(), micro_batch_tokens=8192, bf16=dtype == "bf16")
+            update_policy(model, opt, items, cfg)  # warm-up
+            reset_peak_rss()
+            t0 = time.perf_counter()
+            update_policy(model, opt, items, cfg)
+            dt = time.perf_counter() - t0
+            ctx = sum(len(it.tokens) for it in items)
+            run = args.groups * (args.prompt_tokens + args.group_size * args.reply_tokens)
+            peak = peaks[dtype] * 1e12
+            label = f"{'full' if full else 'LoRA r16'} {dtype}"
+            print(f"{label:<18} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {peak_rss_mb():>9.0f}")
+            del policy, model, opt
+
+
+if __name__ == "__main__":
+    main()
