@@ -190,7 +190,7 @@ _GLOB = {"type": "string", "description": "Only files matching this glob (relati
 
 @env.tool(
     description=f"List the repository's files (at most {LIST_MAX_FILES}), optionally under a directory and matching a glob.",
-    parameters={"type": "object", "properties": {"path": _PATH, "pattern": _GLOB}},
+    parameters={"type": "object", "properties": {"path": _PATH, "pattern": _GLOB}, "additionalProperties": False},
 )
 def list_files(ctx: TraceContext, path: str = ".", pattern: str | None = None) -> str:
     root = workspace(ctx)
@@ -217,6 +217,7 @@ def list_files(ctx: TraceContext, path: str = ".", pattern: str | None = None) -
             "ignore_case": {"type": "boolean", "description": "Case-insensitive search (default false)."},
         },
         "required": ["pattern"],
+        "additionalProperties": False,
     },
 )
 def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = None, ignore_case: bool = False) -> str:
@@ -255,6 +256,7 @@ def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = No
             "end_line": {"type": "integer", "description": "Last line to show (default: as many as allowed)."},
         },
         "required": ["path"],
+        "additionalProperties": False,
     },
 )
 def read_file(ctx: TraceContext, path: str, start_line: int = 1, end_line: int | None = None) -> str:
