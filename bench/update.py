@@ -12,6 +12,10 @@ agentrft actually runs through the model (each group's prompt once, plus every r
 With LoRA the backward pass skips the frozen weights' gradients (about 4N rather than 6N
 FLOPs per token), so the 6N convention overstates LoRA's work by about 1.5x; full
 fine-tuning does the whole 6N.
+
+Each LoRA set-up is also run with prompt sharing switched off ("no-share": every rollout
+runs its whole context through the model, right-padded within a micro-batch, as before the
+shared-prefix update), so the gain of that optimisation is measured side by side.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 
 import torch
 
+import agentrft.train.update as update_module
 from agentrft.job import Train
 from agentrft.policy.hf import HFPolicy
 from agentrft.train.checkpoint import make_optimizer, make_trainable
@@ -60,8 +65,10 @@ def main() -> None:
     peaks = {"fp32": matmul_peak_tflops(torch.float32), "bf16": matmul_peak_tflops(torch.bfloat16)}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak fp32 {peaks['fp32'] * 1000:.0f} GFLOP/s, bf16 {peaks['bf16'] * 1000:.0f} GFLOP/s")
     print(f"batch: {args.groups} groups x {args.group_size} rollouts, prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens")
-    print(f"{'set-up':<18} {'step s':>7} {'ctx tok/s':>10} {'MFU(ctx)':>9} {'run tok/s':>10} {'MFU(run)':>9} {'peak MiB':>9}")
-    for full in (False, True):
+    print(f"{'set-up':<23} {'step s':>7} {'ctx tok/s':>10} {'MFU(ctx)':>9} {'run tok/s':>10} {'MFU(run)':>9} {'peak MiB':>9}")
+    shared_min = update_module.MIN_SHARED
+    for full, share in ((False, True), (False, False), (True, True)):
+        update_module.MIN_SHARED = shared_min if share else 10**9  # no prefix is ever long enough
         for dtype in ("fp32", "bf16"):
             policy = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype="fp32")
             n_params = sum(p.numel() for p in policy.model.parameters())
@@ -75,10 +82,10 @@ def main() -> None:
             update_policy(model, opt, items, cfg)
             dt = time.perf_counter() - t0
             ctx = sum(len(it.tokens) for it in items)
-            run = args.groups * (args.prompt_tokens + args.group_size * args.reply_tokens)
+            run = args.groups * (args.prompt_tokens + args.group_size * args.reply_tokens) if share else ctx
             peak = peaks[dtype] * 1e12
-            label = f"{'full' if full else 'LoRA r16'} {dtype}"
-            print(f"{label:<18} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {peak_rss_mb():>9.0f}")
+            label = f"{'full' if full else 'LoRA r16'} {dtype}{'' if share else ' no-share'}"
+            print(f"{label:<23} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {peak_rss_mb():>9.0f}")
             del policy, model, opt
 
 

@@ -161,8 +161,8 @@ def _lines(text: str) -> list[str]:
 _LINE_ONLY = re.compile(r"\\[AZzG]|\(\?<?[=!]")
 
 
-def _grep_lines(root: Path, start: Path, spec: pathspec.PathSpec | None, rx: Any, deadline: float) -> Iterator[str]:
-    """"path:line: text" for each matching line of the text files under `start`; raises
+def _grep_lines(root: Path, start: Path, spec: pathspec.PathSpec | None, rx: Any, deadline: float) -> Iterator[tuple[str, str]]:
+    """(path, "path:line: text") for each matching line of the text files under `start`; raises
     TimeoutError once `deadline` (time.monotonic) passes, even inside one slow match.
     A file is first searched whole (one C-level scan; measured 5x faster when nothing matches):
     with MULTILINE and without the constructs of _LINE_ONLY, every line match is also a
@@ -180,7 +180,7 @@ def _grep_lines(root: Path, start: Path, spec: pathspec.PathSpec | None, rx: Any
             continue
         for lineno, line in enumerate(_lines(text), start=1):
             if rx.search(line, timeout=left()):
-                yield f"{rel}:{lineno}: {line.strip()[:LINE_MAX_CHARS]}"
+                yield rel, f"{rel}:{lineno}: {line.strip()[:LINE_MAX_CHARS]}"
 
 
 # -- tools ----------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def list_files(ctx: TraceContext, path: str = ".", pattern: str | None = None) -
 
 
 @env.tool(
-    description=f"Search file contents with a regular expression; returns up to {GREP_MAX_MATCHES} matches as path:line: text.",
+    description=f"Search file contents with a regular expression; returns up to {GREP_MAX_MATCHES} matches as path:line: text (or, with files_only, the paths of up to {GREP_MAX_MATCHES} matching files).",
     parameters={
         "type": "object",
         "properties": {
@@ -215,12 +215,13 @@ def list_files(ctx: TraceContext, path: str = ".", pattern: str | None = None) -
             "path": _PATH,
             "glob": _GLOB,
             "ignore_case": {"type": "boolean", "description": "Case-insensitive search (default false)."},
+            "files_only": {"type": "boolean", "description": "Only the paths of matching files, one per line (default false)."},
         },
         "required": ["pattern"],
         "additionalProperties": False,
     },
 )
-def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = None, ignore_case: bool = False) -> str:
+def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = None, ignore_case: bool = False, files_only: bool = False) -> str:
     root = workspace(ctx)
     start = confine(root, path)
     if not start.exists():
@@ -234,11 +235,14 @@ def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = No
     matches: list[str] = []
     note = ""
     try:
-        for match in _grep_lines(root, start, spec, rx, deadline):
+        for rel, match in _grep_lines(root, start, spec, rx, deadline):
+            if files_only and matches and matches[-1] == rel:
+                continue  # one line per file
             if len(matches) == GREP_MAX_MATCHES:
-                note = f"\n(more than {GREP_MAX_MATCHES} matches; narrow with `path`, `glob` or a longer pattern)"
+                what = "files" if files_only else "matches"
+                note = f"\n(more than {GREP_MAX_MATCHES} {what}; narrow with `path`, `glob` or a longer pattern)"
                 break
-            matches.append(match)
+            matches.append(rel if files_only else match)
     except TimeoutError:
         note = f"\n(search stopped after {GREP_TIME_LIMIT_S:g}s; narrow with `path`, `glob` or a simpler pattern)"
     if not matches:

@@ -141,6 +141,14 @@ def test_grep(server, repo_item, env_module, monkeypatch):
     assert "more than 3 matches" in capped.splitlines()[3]
 
 
+def test_grep_files_only_lists_each_matching_file_once(server, repo_item, env_module, monkeypatch):
+    assert output(call(server, "t", repo_item, "grep", pattern=r"def|return", files_only=True)) == "inside_link\nsrc/main.py\nsrc/util/strings.py"
+    assert output(call(server, "t", repo_item, "grep", pattern="^line", files_only=True)) == "a.txt"
+    monkeypatch.setattr(env_module, "GREP_MAX_MATCHES", 2)
+    capped = output(call(server, "t", repo_item, "grep", pattern=r"def|return", files_only=True))
+    assert capped.splitlines() == ["inside_link", "src/main.py", "(more than 2 files; narrow with `path`, `glob` or a longer pattern)"]
+
+
 def test_grep_line_numbers_agree_with_read_file(server, repo_item, workspaces):
     output(call(server, "t", repo_item, "list_files"))  # creates the workspace
     (workspace_of(workspaces, "t") / "odd.txt").write_bytes(b"one\x0cstill one\r\ntwo target\r\nthree\n")
