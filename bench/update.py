@@ -6,12 +6,18 @@ The batch looks like one GRPO step: `groups` prompts with `group-size` rollouts 
 rollout a shared prompt plus its own reply (the tokens that are scored). One `update_policy`
 call (forward, backward, optimiser step) is timed, after one warm-up call.
 
-MFU = 6 x parameters x tokens / time / peak. Two token counts are reported: the context
-tokens of every rollout (what a trainer without prefix sharing processes) and the tokens
-agentrft actually runs through the model (each group's prompt once, plus every reply).
-With LoRA the backward pass skips the frozen weights' gradients (about 4N rather than 6N
-FLOPs per token), so the 6N convention overstates LoRA's work by about 1.5x; full
-fine-tuning does the whole 6N.
+MFU = 6 x parameters x tokens / time / peak, the usual convention, with two token counts:
+the context tokens of every rollout (what a trainer without prefix sharing processes:
+"MFU(ctx)", above 100% when sharing skips work) and the tokens agentrft actually runs
+through the model, each group's prompt once plus every reply ("MFU(run)").
+
+"HFU" counts the FLOPs the update really performs: 2 per weight per token forward; backward
+2 more for activation gradients, plus 2 for weight gradients only where weights train (full
+fine-tuning; with LoRA the frozen weights get none, and the adapters' own FLOPs are under 1%
+and left out); the output head (the tied embedding matrix) only at the positions that
+predict a scored token, since agentrft computes logits only there. Attention's own
+products (QK^T and AV, roughly another 10-15% at these lengths) are not counted either way,
+so both figures are lower bounds.
 
 Each LoRA set-up is also run with prompt sharing switched off ("no-share": every rollout
 runs its whole context through the model, right-padded within a micro-batch, as before the
@@ -65,13 +71,14 @@ def main() -> None:
     peaks = {"fp32": matmul_peak_tflops(torch.float32), "bf16": matmul_peak_tflops(torch.bfloat16)}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak fp32 {peaks['fp32'] * 1000:.0f} GFLOP/s, bf16 {peaks['bf16'] * 1000:.0f} GFLOP/s")
     print(f"batch: {args.groups} groups x {args.group_size} rollouts, prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens")
-    print(f"{'set-up':<23} {'step s':>7} {'ctx tok/s':>10} {'MFU(ctx)':>9} {'run tok/s':>10} {'MFU(run)':>9} {'peak MiB':>9}")
+    print(f"{'set-up':<23} {'step s':>7} {'ctx tok/s':>10} {'MFU(ctx)':>9} {'run tok/s':>10} {'MFU(run)':>9} {'HFU':>7} {'peak MiB':>9}")
     shared_min = update_module.MIN_SHARED
     for full, share in ((False, True), (False, False), (True, True)):
         update_module.MIN_SHARED = shared_min if share else 10**9  # no prefix is ever long enough
         for dtype in ("fp32", "bf16"):
             policy = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype="fp32")
             n_params = sum(p.numel() for p in policy.model.parameters())
+            n_head = policy.model.get_output_embeddings().weight.numel()
             model = make_trainable(policy.model, Train(full_finetune=full), seed=0)
             opt = make_optimizer(model, 1e-5, 0.0)
             items = batch(args.groups, args.group_size, args.prompt_tokens, args.reply_tokens, policy.tokenizer.vocab_size)
@@ -84,8 +91,11 @@ def main() -> None:
             ctx = sum(len(it.tokens) for it in items)
             run = args.groups * (args.prompt_tokens + args.group_size * args.reply_tokens) if share else ctx
             peak = peaks[dtype] * 1e12
+            scored = sum(len(it.targets) for it in items)
+            per_weight = 6 if full else 4  # forward 2, activation grads 2, weight grads 2 (trained weights only)
+            work = per_weight * ((n_params - n_head) * run + n_head * scored)
             label = f"{'full' if full else 'LoRA r16'} {dtype}{'' if share else ' no-share'}"
-            print(f"{label:<23} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {peak_rss_mb():>9.0f}")
+            print(f"{label:<23} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {work / dt / peak:>6.1%} {peak_rss_mb():>9.0f}")
             del policy, model, opt
 
 
