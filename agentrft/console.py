@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -24,8 +24,13 @@ def show_trajectory(traj: Trajectory, reward: float | None = None, max_chars: in
         title += f"  reward={reward:.3f}"
     if traj.discarded:
         title += f"  DISCARDED: {traj.discarded}"
+    show_messages(traj.messages, title, max_chars)
+
+
+def show_messages(messages: Sequence[Mapping[str, Any]], title: str, max_chars: int = 1200) -> None:
+    """A conversation as one panel: each message's role, then its (clipped) content."""
     parts: list[Any] = []
-    for m in traj.messages:
+    for m in messages:
         role = m["role"]
         body = str(m.get("content") or "")
         if len(body) > max_chars:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrft.console import console
+from agentrft.console import console, show_messages
 from agentrft.data import load_dataset
 from agentrft.data.from_git import build_dataset
 from agentrft.errors import ConfigError
@@ -62,6 +62,20 @@ def headline(res: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def show_best_rollout(records: list[dict[str, Any]], label: str) -> None:
+    """The highest-rewarded rollout that called a tool: the row's request onwards (the system
+    prompt and the worked examples are left out)."""
+    with_calls = [r for r in records if r.get("num_tool_calls") and r.get("reward") is not None]
+    if not with_calls:
+        console.print(f"({label}: no rollout called a tool)")
+        return
+    best = max(with_calls, key=lambda r: r["reward"])
+    messages = best["messages"]
+    start = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    expected = ", ".join(best["item"].get("files", []))
+    show_messages(messages[start:], f"{label}: best rollout with a tool call  reward={best['reward']:.3f}  expected: {expected}", max_chars=600)
+
+
 def run(out: Path, steps: int | None = None, seed: int | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -99,6 +113,7 @@ def run(out: Path, steps: int | None = None, seed: int | None = None) -> dict[st
                         before={"summary": before, "rollouts": read_jsonl(out / "baseline/rollouts.jsonl")},
                         after={"summary": after, "rollouts": read_jsonl(out / "trained/rollouts.jsonl")},
                         rollouts=read_jsonl(out / "trained/rollouts.jsonl"), title="agentrft demo: file selection")
+    show_best_rollout(read_jsonl(out / "trained/rollouts.jsonl"), "trained model, held-out row")
     console.print(f"\n{'held-out rows':<34}{'base':>10}{'trained':>10}")
     for k in a:
         console.print(f"{k:<34}{a[k]:>10.3f}{b[k]:>10.3f}")

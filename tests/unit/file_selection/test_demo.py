@@ -1,0 +1,51 @@
+"""The demo's own pieces (recipes/file_selection/demo.py): the job it runs, the numbers it
+reports, and the rollout it shows. The whole demo is `make demo`."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from agentrft.console import console
+
+RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
+
+
+@pytest.fixture(scope="module")
+def demo():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("file_selection_demo", RECIPE / "demo.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demo_job_reads_the_demo_data_and_writes_under_its_folder(demo, tmp_path):
+    job = demo.demo_job(tmp_path / "data", tmp_path / "out", steps=3, seed=11)
+    assert job.training_file == str(tmp_path / "data" / "train.jsonl") and job.validation_file is None
+    assert job.seed == 11 and job.agentrft.output_dir == str(tmp_path / "out")
+    assert job.agentrft.train.max_steps == 3 and job.agentrft.train.checkpoint_interval == 3
+    assert job.resolve_path("env.py") == RECIPE / "env.py"  # the environment still starts from the recipe
+
+
+def record(reward, calls, request):  # type: ignore[no-untyped-def]
+    messages = [{"role": "system", "content": "SYSTEM PROMPT"}, {"role": "user", "content": "worked example"},
+                {"role": "user", "content": request}]
+    if calls:
+        messages += [{"role": "assistant", "content": "<tool_call>...</tool_call>"}, {"role": "tool", "name": "grep", "content": "src/a.py"}]
+    messages.append({"role": "assistant", "content": '["src/a.py"]'})
+    return {"reward": reward, "num_tool_calls": calls, "messages": messages, "item": {"files": ["src/a.py"]}}
+
+
+def test_the_best_rollout_with_a_tool_call_is_shown_from_its_request_on(demo):
+    records = [record(0.9, 0, "no tools used"), record(0.4, 1, "the winner"), record(0.2, 2, "a loser")]
+    with console.capture() as cap:
+        demo.show_best_rollout(records, "trained")
+    out = cap.get()
+    assert "the winner" in out and "reward=0.400" in out and "expected: src/a.py" in out
+    assert "SYSTEM PROMPT" not in out and "worked example" not in out and "a loser" not in out
+    with console.capture() as cap:
+        demo.show_best_rollout([record(0.9, 0, "x")], "trained")
+    assert "no rollout called a tool" in cap.get()
