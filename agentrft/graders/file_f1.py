@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from agentrft.graders.protocol import failed, grade_safely
+from agentrft.graders.protocol import LocalGrader, failed
 from agentrft.graders.spec import BuildContext, Strict
 from agentrft.graders.template import (
     MissingItemField,
@@ -84,18 +84,8 @@ def set_f1(selected: Iterable[str], expected: Iterable[str]) -> tuple[float, flo
     return f1, precision, recall
 
 
-class FileF1Grader:
+class FileF1Grader(LocalGrader[FileF1Spec]):
     type = "file_f1"
-
-    def __init__(self, spec: FileF1Spec) -> None:
-        self.spec = spec
-        self.name = spec.name
-
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
-        return grade_safely(lambda: self._grade(sample, item))
-
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
-        return self.grade(sample, item, trace_id)
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
         ns = {"sample": sample, "item": item}

@@ -14,7 +14,7 @@ import contextvars
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from agentrft.errors import AgentRFTError
 from agentrft.types import Grade
@@ -49,6 +49,29 @@ class Grader(Protocol):
     def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade: ...
 
     async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade: ...
+
+
+SpecT = TypeVar("SpecT")
+
+
+class LocalGrader(Generic[SpecT]):
+    """A grader computed in this process by `_grade(sample, item)`, which may raise: an
+    unexpected exception becomes `other_error` (grade_safely). `agrade` runs it inline."""
+
+    type: str
+
+    def __init__(self, spec: SpecT) -> None:
+        self.spec = spec
+        self.name: str = spec.name  # type: ignore[attr-defined]  # every grader spec has a name
+
+    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+        return grade_safely(lambda: self._grade(sample, item))
+
+    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+        return self.grade(sample, item, trace_id)
+
+    def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
+        raise NotImplementedError
 
 
 def failed(flag: str, details: str = "", **metrics: Any) -> Grade:

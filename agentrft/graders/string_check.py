@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator
 
-from agentrft.graders.protocol import failed, grade_safely
+from agentrft.graders.protocol import LocalGrader, failed
 from agentrft.graders.spec import BuildContext, Strict
 from agentrft.graders.template import MissingItemField, check_template, render
 from agentrft.types import Grade
@@ -45,18 +45,8 @@ def compare(operation: str, text: str, reference: str) -> bool:
     return reference.casefold() in text.casefold()  # ilike
 
 
-class StringCheckGrader:
+class StringCheckGrader(LocalGrader[StringCheckSpec]):
     type = "string_check"
-
-    def __init__(self, spec: StringCheckSpec) -> None:
-        self.spec = spec
-        self.name = spec.name
-
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
-        return grade_safely(lambda: self._grade(sample, item))
-
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
-        return self.grade(sample, item, trace_id)
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
         ns = {"sample": sample, "item": item}

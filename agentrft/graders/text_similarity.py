@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentrft.errors import ModelNotFoundError
-from agentrft.graders.protocol import failed, grade_safely
+from agentrft.graders.protocol import LocalGrader, failed
 from agentrft.graders.spec import BuildContext, Strict
 from agentrft.graders.template import MissingItemField, check_template, render
 from agentrft.types import Grade
@@ -167,15 +167,8 @@ def similarity(metric: str, text: str, ref: str) -> float:
     return METRICS[metric](text, ref)
 
 
-class TextSimilarityGrader:
+class TextSimilarityGrader(LocalGrader[TextSimilaritySpec]):
     type = "text_similarity"
-
-    def __init__(self, spec: TextSimilaritySpec) -> None:
-        self.spec = spec
-        self.name = spec.name
-
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
-        return grade_safely(lambda: self._grade(sample, item))
 
     async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
         if self.spec.evaluation_metric in ("cosine", "meteor"):  # model / WordNet work: off the loop
