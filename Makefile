@@ -49,7 +49,7 @@ chromium:
 	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium >/dev/null; } || \
 	  echo "could not install chromium: the browser test of the report will be skipped"; }
 
-demo: $(STAMP)
+demo: $(STAMP) sandbox
 	$(VENV)/bin/agentrft demo
 
 test: $(STAMP) sandbox chromium

@@ -20,6 +20,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,13 +56,27 @@ class Result:
         return self.wall_timeout or self.cpu_limit
 
 
+def _visible_under_tmp(argv: Sequence[str]) -> list[str]:
+    """Directories under /tmp that the private /tmp would hide but the program needs: this
+    interpreter's installation (a virtualenv in a checkout under /tmp) and, for a program
+    given by path, its installation prefix (bin/..). They are bound back read-only."""
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    if argv and os.path.isabs(argv[0]):
+        candidates.add(str(Path(argv[0]).parent.parent))
+        candidates.add(os.path.dirname(os.path.realpath(argv[0])))
+    tmp = Path("/tmp")
+    found = sorted(c for c in candidates if tmp in Path(c).parents)
+    return [c for c in found if not any(Path(o) in Path(c).parents for o in found)]  # outermost only
+
+
 def bwrap_argv(workdir: Path, argv: Sequence[str]) -> list[str]:
     exe = shutil.which("bwrap")
     if exe is None:
         raise SandboxUnavailable(f"untrusted code runs only inside bubblewrap, which is not installed. Install it:\n  {INSTALL_HINT}")
     w = str(workdir)
+    keep = [arg for d in _visible_under_tmp(argv) for arg in ("--ro-bind", d, d)]
     return [
-        exe, "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc",
+        exe, "--ro-bind", "/", "/", "--tmpfs", "/tmp", *keep, "--dev", "/dev", "--proc", "/proc",
         "--unshare-all", "--die-with-parent", "--new-session",
         "--bind", w, w, "--chdir", w, "--", *argv,
     ]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrft.console import console, show_messages
+from agentrft.console import console, show_messages, summary_table
 from agentrft.data import load_dataset
 from agentrft.data.from_git import build_dataset
 from agentrft.errors import ConfigError
@@ -78,6 +78,7 @@ def show_best_rollout(records: list[dict[str, Any]], label: str) -> None:
 
 def run(out: Path, steps: int | None = None, seed: int | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
+    out = out.resolve()  # the job resolves relative paths against the recipe's folder, not the caller's
     out.mkdir(parents=True, exist_ok=True)
 
     console.rule("1/6 data: this repository's history")
@@ -91,16 +92,20 @@ def run(out: Path, steps: int | None = None, seed: int | None = None) -> dict[st
 
     console.rule(f"2/6 baseline: the base model on {len(val_items)} held-out rows x {EVAL_SAMPLES}")
     before = evaluate_model(job, val_items, EVAL_SAMPLES, "base", out / "baseline", label="baseline")
+    console.print(summary_table(before, title="baseline"))
 
     console.rule(f"3/6 pre-flight: {PREFLIGHT_ROWS} training rows x {PREFLIGHT_K}")
     rep = preflight_job(job, train_items[:PREFLIGHT_ROWS], PREFLIGHT_K, out / "preflight")
     print_preflight(rep)
+    if rep["verdict"] in ("broken", "no_reward"):  # the seed's order: fix the task before training on it
+        raise ConfigError(f"pre-flight verdict {rep['verdict']!r}: training would learn nothing; see {out / 'preflight'} and the advice above")
 
     console.rule("4/6 train")
     run_dir = train(job, out / "run")
 
     console.rule("5/6 the trained model on the same held-out rows")
     after = evaluate_model(job, val_items, EVAL_SAMPLES, str(run_dir), out / "trained", label="trained")
+    console.print(summary_table(after, title="trained"))
 
     console.rule("6/6 compare")
     print_compare(before, after, "base", "trained")

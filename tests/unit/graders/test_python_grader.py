@@ -188,3 +188,19 @@ def test_concurrent_graders_in_one_event_loop() -> None:
 def test_source_is_checked_at_validation(source: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         build_grader({"type": "python", "source": source})
+
+
+@needs_bwrap
+def test_an_interpreter_installed_under_tmp_still_runs(tmp_path: Path) -> None:
+    """A checkout (and its .venv) under /tmp: the sandbox's private /tmp must not hide it."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "checkout" / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    res = asyncio.run(sandbox.run_sandboxed([str(venv / "bin" / "python"), "-I", "-c", "import sys; print(sys.prefix)"], work, FAST))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(venv)
+    assert "--ro-bind" in sandbox.bwrap_argv(work, [str(venv / "bin" / "python")])
