@@ -330,6 +330,9 @@ def resolve_hyperparameters(job: Job, n_train: int) -> Resolved:
         notes["total_steps"] = f"{total} (= {steps_per_epoch} steps/epoch x {epochs} epochs)"
     eval_interval = int(pick("eval_interval", hp.eval_interval, max(1, total // 4), "4 evaluations per run"))
     eval_samples = int(pick("eval_samples", hp.eval_samples, 2, "2 rollouts per validation row"))
+    if job.validation_file is None:
+        eval_interval = 0
+        notes["eval_interval"] = "never (no validation_file)"
     if hp.reasoning_effort != "auto":
         notes["reasoning_effort"] = f"{hp.reasoning_effort} (ignored: the model has no reasoning mode)"
     return Resolved(batch, group, epochs, lr, eval_interval, eval_samples, steps_per_epoch, total, notes)

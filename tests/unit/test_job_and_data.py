@@ -129,3 +129,17 @@ def test_cli_fails_before_any_work_on_a_bad_dataset(tmp_path, capsys):
     assert main(["rollout", str(tmp_path / "job.json")]) == 2
     err = capsys.readouterr().err
     assert "train.jsonl:1" in err and 'missing "messages"' in err
+
+
+def test_auto_hyperparameters_map_to_concrete_values_with_notes():
+    from agentrft.job import resolve_hyperparameters
+
+    j = load_job(ROOT / "examples/quickstart/job.yaml")
+    hp = j.rl.hyperparameters.model_copy(update={"batch_size": "auto", "n_epochs": "auto", "compute_multiplier": 0.5, "eval_interval": "auto"})
+    j = j.model_copy(update={"method": j.method.model_copy(update={"reinforcement": j.rl.model_copy(update={"hyperparameters": hp})})})
+    r = resolve_hyperparameters(j, n_train=10)
+    assert (r.batch_size, r.group_size, r.steps_per_epoch, r.n_epochs, r.total_steps) == (4, 4, 2, 5, 10)
+    assert r.eval_interval == 2 and r.eval_samples == 2
+    assert r.notes["n_epochs"].startswith("auto -> 5") and "compute_multiplier 0.5" in r.notes["group_size"]
+    no_val = resolve_hyperparameters(j.model_copy(update={"validation_file": None}), n_train=10)
+    assert no_val.eval_interval == 0 and no_val.notes["eval_interval"] == "never (no validation_file)"
