@@ -36,7 +36,7 @@ from agentrft.job import Train
 from agentrft.policy.hf import HFPolicy
 from agentrft.train.checkpoint import make_optimizer, make_trainable
 from agentrft.train.loss import LossConfig
-from agentrft.train.observe import peak_rss_mb, reset_peak_rss
+from agentrft.train.memory import peak_rss_mb, reset_peak_rss
 from agentrft.train.update import Scored, UpdateConfig, update_policy
 
 

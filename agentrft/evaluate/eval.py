@@ -58,13 +58,14 @@ async def rollout_and_grade(
 ) -> tuple[list[Group], dict[str, float]]:
     """Run and grade `group_size` rollouts per row; returns the graded groups and the wall
     time and peak memory of each phase."""
-    from agentrft.train.observe import peak_rss_mb, reset_peak_rss
+    from agentrft.train.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 
     reset_peak_rss()
     t0 = time.perf_counter()
     groups = await run_groups_async(items, group_size, settings, sampler, on_rollout)
     t1 = time.perf_counter()
     sampling_mb = peak_rss_mb()
+    release_free_memory()
     reset_peak_rss()
     groups = await grade_and_cleanup(groups, grader, env_url)
     return groups, {"time/sampling_s": t1 - t0, "time/grading_s": time.perf_counter() - t1,

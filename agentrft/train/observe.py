@@ -3,7 +3,6 @@ events, and the rollouts of every step under `rollouts/step-N.jsonl`."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from collections.abc import Mapping
@@ -11,25 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrft.rollout.records import finite, write_jsonl
-
-
-def reset_peak_rss() -> None:
-    """Start a new peak-memory window (Linux: writing 5 to clear_refs resets VmHWM)."""
-    with contextlib.suppress(OSError):  # not Linux, or not allowed: peaks then accumulate
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process since the last reset, in MiB."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

@@ -1,0 +1,43 @@
+"""Peak-memory windows and giving freed heap memory back (agentrft/train/memory.py)."""
+
+from __future__ import annotations
+
+import ctypes.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentrft.train.memory import peak_rss_mb, release_free_memory, reset_peak_rss
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+linux_glibc = pytest.mark.skipif(not Path("/proc/self/status").exists() or ctypes.util.find_library("c") is None, reason="Linux with glibc only")
+
+
+@linux_glibc
+def test_peak_window_restarts_on_reset():
+    reset_peak_rss()
+    block = np.ones(300 * 2**20 // 8)  # 300 MiB, touched
+    high = peak_rss_mb()
+    del block
+    reset_peak_rss()
+    assert peak_rss_mb() < high - 200
+
+
+@linux_glibc
+def test_freed_heap_memory_goes_back_to_the_os():
+    # 100 KiB blocks sit below malloc's mmap threshold, so they live on the heap; keeping one
+    # in ten alive fragments it, and free() alone then gives almost nothing back
+    blocks = [np.ones(100 * 1024 // 8) for _ in range(3000)]
+    blocks = blocks[::10]
+    before = rss_mb()
+    assert release_free_memory()
+    assert rss_mb() < before - 100
+    del blocks
