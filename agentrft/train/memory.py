@@ -8,30 +8,41 @@ of a new shape. In a file-selection run it grew from 3.7 to 10.2 GiB over 8 step
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import functools
 from pathlib import Path
 
 
-def reset_peak_rss() -> None:
-    """Start a new peak-memory window (Linux: writing 5 to clear_refs resets VmHWM)."""
-    with contextlib.suppress(OSError):  # not Linux, or not allowed: peaks then accumulate
+def reset_peak_rss() -> bool:
+    """Start a new peak-memory window (Linux: writing 5 to clear_refs resets VmHWM). False
+    when the reset did not take (not Linux, not allowed): peaks then accumulate."""
+    try:
         Path("/proc/self/clear_refs").write_text("5")
+        status = _status()
+    except OSError:
+        return False
+    return status.get("VmHWM", 0) <= status.get("VmRSS", 0) + 64 * 1024  # kB
+
+
+def _status() -> dict[str, int]:
+    """The kB fields of /proc/self/status."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            out[key] = int(value.split()[0])
+    return out
 
 
 def peak_rss_mb() -> float:
     """Peak resident memory of this process since the last reset, in MiB."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
+        return _status()["VmHWM"] / 1024
+    except (OSError, KeyError):
+        import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 @functools.lru_cache(maxsize=1)

@@ -138,20 +138,23 @@ def test_writes_only_inside_the_sandbox_directory(tmp_path: Path) -> None:
         def grade(sample, item):
             open("inside.txt", "w").write("ok")          # the sandbox dir is writable
             assert open("inside.txt").read() == "ok"
-            denied = 0
-            for path in ({str(home_target)!r}, {str(tmp_target)!r}, "/etc/agentrft-escape"):
+            for path in ({str(home_target)!r}, {str(tmp_target)!r}):
                 try:
                     with open(path, "w") as fh:
-                        fh.write("escaped")
+                        fh.write("escaped")   # refused, or lands in the private /tmp
                 except OSError:
-                    denied += 1
-            return denied / 3
+                    pass
+            try:
+                open("/etc/agentrft-escape", "w")
+            except OSError:
+                return 1.0  # the root file system is read-only
+            return 0.0
     """)
     assert grade.error is None
-    assert not home_target.exists()
+    assert grade.score == 1.0
+    assert not home_target.exists()  # nothing reached the host, wherever the checkout lives
     assert not tmp_target.exists()
     assert not Path("/etc/agentrft-escape").exists()
-    assert grade.score == 1.0  # all three refused (tmp_path does not even exist in the private /tmp)
 
 
 def test_missing_bwrap_refuses_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
