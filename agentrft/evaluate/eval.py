@@ -19,6 +19,7 @@ from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.rollout.group import run_groups_async
 from agentrft.rollout.records import distribution, summarize, to_record
+from agentrft.train.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.types import Grade, Group, Origin, Trajectory
 
 
@@ -58,8 +59,6 @@ async def rollout_and_grade(
 ) -> tuple[list[Group], dict[str, float]]:
     """Run and grade `group_size` rollouts per row; returns the graded groups and the wall
     time and peak memory of each phase."""
-    from agentrft.train.memory import peak_rss_mb, release_free_memory, reset_peak_rss
-
     reset_peak_rss()
     t0 = time.perf_counter()
     groups = await run_groups_async(items, group_size, settings, sampler, on_rollout)

@@ -36,8 +36,11 @@ def launch_environment(app: str, base_dir: Path, host: str = "127.0.0.1", port: 
         while True:
             if proc.poll() is not None:
                 log.flush()
-                log.seek(0) if log_path is None else None
-                err: str = Path(log_path).read_text() if log_path else log.read()
+                if log_path:
+                    err = Path(log_path).read_text()
+                else:
+                    log.seek(0)
+                    err = log.read()
                 raise ConfigError(f"environment server {app!r} exited at start (code {proc.returncode}):\n{err[-2000:]}")
             try:
                 httpx.get(url + "/health", timeout=1.0)
