@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes.util
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,15 @@ linux_glibc = pytest.mark.skipif(not Path("/proc/self/status").exists() or ctype
 def test_peak_window_restarts_on_reset():
     if not reset_peak_rss():
         pytest.skip("this kernel did not reset the peak (VmHWM) on request")
-    block = np.ones(300 * 2**20 // 8)  # 300 MiB, touched
+    # an anonymous mapping of its own: a numpy array could reuse free heap pages that are
+    # already resident (after earlier tests), and then neither the peak nor RSS would move
+    block = mmap.mmap(-1, 300 * 2**20)
+    view = np.frombuffer(block, dtype=np.uint8)
+    view[:] = 1  # touch every page: 300 MiB resident
     high = peak_rss_mb()
     assert high >= rss_mb() - 1
-    del block
+    del view
+    block.close()  # munmap: the pages go back at once
     if not reset_peak_rss():
         pytest.skip("this kernel did not reset the peak (VmHWM) on request")
     assert peak_rss_mb() < high - 200
