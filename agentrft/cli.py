@@ -88,7 +88,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     assert spec is not None and spec.loader is not None
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
-    demo.run(Path(args.out or "runs/demo"), steps=args.steps, seed=args.seed)
+    demo.run(Path(args.out or "runs/demo"), steps=args.steps, seed=args.seed, job_path=Path(args.job) if args.job else None)
     return 0
 
 
@@ -143,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None, help="output folder (default runs/demo)")
     d.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     d.add_argument("--seed", type=int, default=None, help="default: the recipe's")
+    d.add_argument("--job", default=None, help="a variant of the recipe's job, e.g. recipes/file_selection/job_v6.yaml (default: its job.yaml)")
     d.set_defaults(func=cmd_demo)
 
     add_evaluate_commands(sub)

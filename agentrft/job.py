@@ -117,6 +117,7 @@ class Sampling(_Strict):
     max_tokens_per_episode: int = Field(default=1024, ge=1)  # sampled tokens over all turns
     context_window: int | None = Field(default=None, ge=64)  # default: the model's own
     stop: list[str] = Field(default_factory=list)  # e.g. ["</tool_call>"]: one call per reply
+    min_tokens_per_turn: int = Field(default=0, ge=0)  # no stop before this many tokens (benchmarks: fixed-length work)
     max_batch: int = Field(default=32, ge=1)  # rollouts sampled together at most
 
 

@@ -17,6 +17,11 @@ reward (agentrft's fuzzy_match: rapidfuzz WRatio of the final reply against the 
   rollout (TRL: `tools=[...]`, max_tool_calling_iterations=2); both sides render tools with
   TRL's ChatML template `qwen2_5.jinja`. bf16 only, to keep the run short.
 
+With `--fixed-length` (single-turn only) every reply is exactly `--max-new-tokens` long on both
+sides (agentrft: `min_tokens_per_turn`; TRL: `generation_kwargs={"min_new_tokens": ...}`): no
+stop token can end a reply early, so both sides sample and train on the same number of tokens,
+and the step ratio no longer depends on how long each side's random replies happened to be.
+
 Each (task, dtype, side) runs in its own process, one after the other; the first `--warmup`
 steps are not measured. Reported per step (mean of the measured steps): sampling, reward,
 update, other, total, sampled tokens and tokens/s, rollouts entering the update, and
@@ -56,6 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=3, help="measured steps")
     ap.add_argument("--multi-steps", type=int, default=2, help="measured steps of the multi-turn task")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
+    ap.add_argument("--fixed-length", action="store_true", help="single-turn: every reply exactly --max-new-tokens long on both sides (no stop token before), so both sample and train on the same number of tokens")
     ap.add_argument("--threads", type=int, default=None, help="torch threads in each run (default: torch's choice)")
     ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
@@ -72,7 +78,7 @@ def config_for(args: argparse.Namespace, task: str) -> Any:
 
     if task == "multi":
         return Config(args.multi_rows, args.group, args.multi_max_tokens, args.multi_steps, args.warmup)
-    return Config(args.rows, args.group, args.max_new_tokens, args.steps, args.warmup)
+    return Config(args.rows, args.group, args.max_new_tokens, args.steps, args.warmup, fixed_length=args.fixed_length)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -122,6 +128,8 @@ def run_side(args: argparse.Namespace, side: str, task: str, dtype: str, root: P
         value = getattr(args, flag)
         if value is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(value)]
+    if args.fixed_length:
+        cmd.append("--fixed-length")
     t0 = time.perf_counter()
     with (work / "log.txt").open("w") as log:
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})

@@ -28,6 +28,7 @@ class Config:
     max_new_tokens: int  # per reply and per rollout; TRL: the whole completion (see RESULTS.md)
     steps: int  # measured steps
     warmup: int  # steps run first and not measured
+    fixed_length: bool = False  # every reply exactly max_new_tokens (no stop before): equal work on both sides
     temperature: float = 1.0
     learning_rate: float = 2e-4
     seed: int = 0
@@ -57,7 +58,8 @@ def agentrft_job(task: Task, cfg: Config, dtype: str, model_dir: Path) -> dict[s
             "group_size": cfg.group,
             "device": "cpu",
             "dtype": dtype,
-            "sampling": {"temperature": cfg.temperature, "top_p": 1.0, "max_tokens_per_turn": cfg.max_new_tokens, "max_tokens_per_episode": cfg.max_new_tokens},
+            "sampling": {"temperature": cfg.temperature, "top_p": 1.0, "max_tokens_per_turn": cfg.max_new_tokens, "max_tokens_per_episode": cfg.max_new_tokens,
+                         "min_tokens_per_turn": cfg.max_new_tokens if cfg.fixed_length else 0},
             "train": {
                 "learning_rate": cfg.learning_rate, "loss": "grpo", "kl_coef": 0.0, "ppo_epochs": 1, "max_grad_norm": 1.0,
                 "checkpoint_interval": 10_000, "max_steps": cfg.total_steps,
@@ -181,6 +183,7 @@ def run_trl(task: Task, cfg: Config, dtype: str, model_dir: Path, work: Path) ->
         gradient_checkpointing=False,  # TRL's default is True (an extra forward); agentrft does not checkpoint
         max_steps=cfg.total_steps, shuffle_dataset=False, seed=cfg.seed,
         max_tool_calling_iterations=task.max_turns - 1 if task.tools else None,
+        generation_kwargs={"min_new_tokens": cfg.max_new_tokens} if cfg.fixed_length else None,
         logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0,
     )
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=list(cfg.targets), bias="none", task_type="CAUSAL_LM")

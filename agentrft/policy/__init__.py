@@ -17,6 +17,7 @@ class SamplingParams:
     max_tokens: int = 256
     seed: int | None = None
     stop: tuple[str, ...] = ()  # stop strings (the text that ends a reply early), kept in the output
+    min_tokens: int = 0  # neither a stop token nor a stop string ends a reply before this many tokens (vLLM's min_tokens)
 
 
 @dataclass(frozen=True)

@@ -156,15 +156,19 @@ class HFPolicy:
         live = list(range(B))  # original row of each batch row
         stop_t = torch.tensor(sorted(self.stop_token_ids), device=dev)
         tail = max((len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
+        step = 0  # tokens sampled so far, the same for every live row
         while True:
+            if step < params.min_tokens:  # too early to stop: the log-probs are of this masked distribution
+                logits[:, stop_t] = float("-inf")
             tok, logp = _choose(logits, params, [gens[i] for i in live])
             is_stop = torch.isin(tok, stop_t).tolist()
+            step += 1
             for j, (i, t, lp) in enumerate(zip(live, tok.tolist(), logp.tolist(), strict=True)):
                 out_tokens[i].append(t)
                 out_logps[i].append(lp)
                 if is_stop[j]:
                     finished[i] = True
-                elif params.stop:
+                elif params.stop and step >= params.min_tokens:
                     recent = self.tokenizer.decode(out_tokens[i][-tail:])
                     hit = next((s for s in params.stop if s in recent), None)
                     if hit is not None:

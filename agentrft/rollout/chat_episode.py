@@ -94,7 +94,8 @@ def chat_settings_from_job(job: Job, base_url: str | None = None) -> ChatRollout
         max_episode_steps=job.rl.max_episode_steps, max_tool_calls=ext.max_tool_calls,
         prefill=_one_prefill(ext.prefills), prefill_all_turns=ext.prefill_turns == "all",
         # no seed: one seed for every rollout of a row would make an endpoint repeat itself
-        sampling={"temperature": s.temperature, "top_p": s.top_p, "stop": list(s.stop) or None},
+        # min_tokens: vLLM's extra parameter (sent only when set)
+        sampling={"temperature": s.temperature, "top_p": s.top_p, "stop": list(s.stop) or None, "min_tokens": s.min_tokens_per_turn or None},
     )
 
 

@@ -47,6 +47,7 @@ def sampling_params(job: Job, seed: int | None = None, temperature: float | None
     return SamplingParams(
         temperature=s.temperature if temperature is None else temperature,
         top_p=s.top_p, max_tokens=s.max_tokens_per_turn, seed=job.seed if seed is None else seed, stop=tuple(s.stop),
+        min_tokens=s.min_tokens_per_turn,
     )
 
 

@@ -76,7 +76,7 @@ class ChatService:
                 "messages", "context_length_exceeded",
             )
         max_new = asked if asked is not None else min(self.default_max_tokens, room)
-        params = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_tokens=max_new, stop=req.stop_strings)
+        params = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_tokens=max_new, stop=req.stop_strings, min_tokens=req.min_tokens)
         seeds = [None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)]
         t0 = time.perf_counter()
         completions = await asyncio.gather(*(self.sampler.sample(prompt, max_new, seed, params) for seed in seeds))

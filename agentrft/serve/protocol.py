@@ -62,6 +62,7 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = None
     stop: str | list[str] | None = None
+    min_tokens: int = Field(default=0, ge=0)  # vLLM's extra parameter: no stop before this many tokens
     stream: bool = False
     logprobs: bool = False
     presence_penalty: float = 0.0
@@ -69,7 +70,7 @@ class ChatRequest(BaseModel):
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None
 
-    @field_validator("n", "temperature", "top_p", "stream", "logprobs", "presence_penalty", "frequency_penalty", mode="before")
+    @field_validator("n", "temperature", "top_p", "min_tokens", "stream", "logprobs", "presence_penalty", "frequency_penalty", mode="before")
     @classmethod
     def _null_means_default(cls, value: Any, info: ValidationInfo) -> Any:
         """Some clients send `null` for "not set"; OpenAI reads it as the default."""

@@ -32,9 +32,10 @@ EVAL_SAMPLES = 2  # rollouts per validation row, before and after
 PREFLIGHT_ROWS, PREFLIGHT_K = 6, 4
 
 
-def demo_job(data: Path, out: Path, steps: int | None, seed: int | None) -> Job:
-    """The recipe's job, reading the demo's data and writing under `out`."""
-    job = load_job(HERE / "job.yaml")
+def demo_job(data: Path, out: Path, steps: int | None, seed: int | None, job_path: Path = HERE / "job.yaml") -> Job:
+    """The recipe's job (or a variant of it, such as job_v6.yaml), reading the demo's data and
+    writing under `out`."""
+    job = load_job(job_path)
     train_cfg = job.agentrft.train if steps is None else job.agentrft.train.model_copy(update={"max_steps": steps, "checkpoint_interval": steps})
     update: dict[str, Any] = {
         "training_file": str(data / "train.jsonl"),
@@ -48,12 +49,13 @@ def demo_job(data: Path, out: Path, steps: int | None, seed: int | None) -> Job:
     return new
 
 
-def headline(res: dict[str, Any]) -> dict[str, float]:
-    """The numbers the README reports for one evaluation."""
+def headline(res: dict[str, Any], formula: str) -> dict[str, float]:
+    """The numbers the README reports for one evaluation: the reward (`formula` is the job's
+    calculate_output), then each sub-grader's mean, then the tool use."""
     subs = res.get("sub_rewards", {})
-    return {
-        "mean file F1": subs.get("files", float("nan")),
-        "reward (0.7 F1 + 0.3 closeness)": res["reward"]["mean"],
+    out = {f"reward ({formula})": res["reward"]["mean"], "mean file F1": subs.get("files", float("nan"))}
+    out |= {f"sub-grader {name}": value for name, value in subs.items() if name != "files" and "." not in name}
+    return out | {
         "tool calls p50": res["tool_calls"]["p50"],
         "tool calls p95": res["tool_calls"]["p95"],
         "turns per rollout": res["turns"]["mean"],
@@ -76,7 +78,7 @@ def show_best_rollout(records: list[dict[str, Any]], label: str) -> None:
     show_messages(messages[start:], f"{label}: best rollout with a tool call  reward={best['reward']:.3f}  expected: {expected}", max_chars=600)
 
 
-def run(out: Path, steps: int | None = None, seed: int | None = None) -> dict[str, Any]:
+def run(out: Path, steps: int | None = None, seed: int | None = None, job_path: Path | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = out.resolve()  # the job resolves relative paths against the recipe's folder, not the caller's
     out.mkdir(parents=True, exist_ok=True)
@@ -87,7 +89,7 @@ def run(out: Path, steps: int | None = None, seed: int | None = None) -> dict[st
         console.print(line)
     if report.train < PREFLIGHT_ROWS or report.val < 2:
         raise ConfigError(f"{REPO}: too little git history for the demo ({report.train} train / {report.val} val rows); it needs a full clone, not a shallow one")
-    job = demo_job(out / "data", out, steps, seed)
+    job = demo_job(out / "data", out, steps, seed, job_path.resolve() if job_path else HERE / "job.yaml")
     train_items, val_items = load_dataset(out / "data/train.jsonl"), load_dataset(out / "data/val.jsonl")
 
     console.rule(f"2/6 baseline: the base model on {len(val_items)} held-out rows x {EVAL_SAMPLES}")
@@ -109,9 +111,10 @@ def run(out: Path, steps: int | None = None, seed: int | None = None) -> dict[st
 
     console.rule("6/6 compare")
     print_compare(before, after, "base", "trained")
-    a, b = headline(before), headline(after)
+    formula = job.rl.grader.get("calculate_output", job.rl.grader["type"])
+    a, b = headline(before, formula), headline(after, formula)
     summary = {"before": a, "after": b, "preflight": {k: rep[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
-               "steps": len(read_metrics(run_dir)), "seed": job.seed, "rows": {"train": len(train_items), "val": len(val_items)},
+               "job": str(job.source), "steps": len(read_metrics(run_dir)), "seed": job.seed, "rows": {"train": len(train_items), "val": len(val_items)},
                "wall_s": time.perf_counter() - t0}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     page = write_report(out / "report.html", metrics=read_metrics(run_dir),
@@ -119,8 +122,9 @@ def run(out: Path, steps: int | None = None, seed: int | None = None) -> dict[st
                         after={"summary": after, "rollouts": read_jsonl(out / "trained/rollouts.jsonl")},
                         rollouts=read_jsonl(out / "trained/rollouts.jsonl"), title="agentrft demo: file selection")
     show_best_rollout(read_jsonl(out / "trained/rollouts.jsonl"), "trained model, held-out row")
-    console.print(f"\n{'held-out rows':<34}{'base':>10}{'trained':>10}")
+    width = max(map(len, a)) + 2
+    console.print(f"\n{'held-out rows':<{width}}{'base':>10}{'trained':>10}")
     for k in a:
-        console.print(f"{k:<34}{a[k]:>10.3f}{b[k]:>10.3f}")
+        console.print(f"{k:<{width}}{a[k]:>10.3f}{b[k]:>10.3f}")
     console.print(f"\nreport: {page}\nall outputs: {out}   ({summary['wall_s'] / 60:.1f} min)")
     return summary

@@ -74,6 +74,20 @@ def test_gumbel_sampling_follows_the_distribution(policy):
     assert torch.allclose(counts[top], probs[top], atol=0.06), (counts[top], probs[top])
 
 
+def test_min_tokens_holds_off_stop_tokens_and_stop_strings(policy):
+    ps = prompts(policy, ["Reply with one word: yes or no?", "Hi"])
+    free = policy.sample(ps, SamplingParams(temperature=0, max_tokens=40))
+    assert all(c.finish_reason == "stop" and len(c.tokens) < 12 for c in free)  # short replies without it
+    held = policy.sample(ps, SamplingParams(temperature=0, max_tokens=40, min_tokens=12))
+    for c in held:
+        assert len(c.tokens) >= 12 and not set(c.tokens[:11]) & policy.stop_token_ids
+    sentence = prompts(policy, ["Tell me about the sea."])  # a stop string (" ") that comes at once
+    (early,) = policy.sample(sentence, SamplingParams(temperature=0, max_tokens=40, stop=(" ",)))
+    (late,) = policy.sample(sentence, SamplingParams(temperature=0, max_tokens=40, stop=(" ",), min_tokens=6))
+    assert early.stop_text == " " and len(early.tokens) < 6
+    assert late.stop_text == " " and len(late.tokens) == 6
+
+
 def test_stop_strings_end_a_reply(policy):
     ps = prompts(policy, ["Count: 1, 2, 3, 4, 5, 6, 7, 8"])
     (c,) = policy.sample(ps, SamplingParams(temperature=0, max_tokens=40, stop=(",",)))

@@ -213,3 +213,13 @@ def test_context_overflow_code_and_unknown_model(client: openai.OpenAI, base_url
     assert missing.value.code == "model_not_found" and MODEL in missing.value.message
     reply = httpx.post(base_url + "/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert reply.status_code == 400 and "not valid JSON" in reply.json()["error"]["message"]
+
+
+def test_min_tokens_reaches_the_sampler(client: openai.OpenAI, policy: ScriptedPolicy) -> None:
+    """vLLM's extra `min_tokens` is honoured, not silently ignored; a bad one is a 400."""
+    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], extra_body={"min_tokens": 5})
+    assert policy.calls[-1][1].min_tokens == 5
+    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert policy.calls[-1][1].min_tokens == 0
+    with pytest.raises(openai.BadRequestError, match="min_tokens"):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], extra_body={"min_tokens": -1})

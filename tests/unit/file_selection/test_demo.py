@@ -49,3 +49,19 @@ def test_the_best_rollout_with_a_tool_call_is_shown_from_its_request_on(demo):
     with console.capture() as cap:
         demo.show_best_rollout([record(0.9, 0, "x")], "trained")
     assert "no rollout called a tool" in cap.get()
+
+
+def test_headline_names_the_reward_formula_and_every_sub_grader(demo):
+    res = {"reward": {"mean": 0.25}, "sub_rewards": {"files": 0.1, "files.precision": 0.2, "found": 0.5},
+           "tool_calls": {"p50": 1.0, "p95": 2.0}, "turns": {"mean": 2.0}, "sampled_tokens": {"mean": 30.0}, "invalid_tool_calls": 3}
+    row = demo.headline(res, "0.6 * files + 0.4 * found")
+    assert row["reward (0.6 * files + 0.4 * found)"] == 0.25
+    assert row["mean file F1"] == 0.1 and row["sub-grader found"] == 0.5
+    assert "sub-grader files.precision" not in row and row["invalid tool calls"] == 3.0
+
+
+def test_the_demo_can_run_a_variant_of_the_job(demo, tmp_path):
+    job = demo.demo_job(tmp_path / "data", tmp_path / "out", None, None, RECIPE / "job_v5.yaml")
+    assert job.rl.grader["calculate_output"] == "0.7 * files + 0.3 * near"  # v5's reward, not job.yaml's
+    assert job.training_file == str(tmp_path / "data" / "train.jsonl")
+    assert job.resolve_path("env.py") == RECIPE / "env.py"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
+from agentrft.graders import build_grader, sample_from_text
 from agentrft.job import load_job
 from agentrft.policy.tool_format import parse_reply
 from agentrft.tools.launch import launch_environment
@@ -63,3 +65,44 @@ def test_environment_launches_and_removes_workspaces_on_exit(make_repo, tmp_path
         assert resp.json()["output"] == "1: hello"
         assert len(list(workspaces.iterdir())) == 1
     assert list(workspaces.iterdir()) == []  # the server removed open workspaces as it stopped
+
+
+def _answer_after_grep(answer: str, grep_output: str, status: str = "ok") -> dict:
+    sample = sample_from_text(answer)
+    sample["tool_calls"] = [{"call_id": "call_1", "name": "grep", "arguments": {"pattern": "x", "files_only": True},
+                             "output": grep_output, "status": status, "error": None}]
+    return sample
+
+
+def test_partial_credit_is_only_for_paths_the_rollout_found_itself(recipe):
+    """The reward: 0.6 x F1 + 0.4 x `found`, a soft F1 over the paths the rollout's own tool
+    calls returned. Each hack below is one a model can find: copying the worked examples'
+    paths (they share folders with most changes), copying the tool's "no matches" message
+    (what a first version of this grader paid for), copying every search result."""
+    grader = build_grader(load_job(recipe / "job.yaml").rl.grader)
+    item = {"files": ["agentrft/policy/load.py"]}
+    results = "agentrft/policy/load.py\nagentrft/types.py\ndocs/policy.md"
+
+    def score(answer: str, output: str = results, status: str = "ok") -> float:
+        grade = grader.grade(_answer_after_grep(answer, output, status), item)
+        assert grade.error is None, grade.error
+        return grade.score
+
+    assert score('["agentrft/policy/load.py"]') == pytest.approx(1.0)
+    near = score('["agentrft/types.py"]')  # right folder, wrong file, found by the search
+    assert 0.0 < near < 0.4
+    assert score('["agentrft/types.py", "tests/unit/test_rollout_engine.py"]', "docs/policy.md") == 0.0  # the examples'
+    assert score('["agentrft/types.py"]', status="client_error") == 0.0  # an error message is not a search result
+    message = "no matches for 'rfu' under '.'"
+    assert score(json.dumps([message]), message) == 0.0
+    many = "\n".join(["agentrft/types.py"] + [f"agentrft/mod{i}.py" for i in range(19)])
+    spray = score(json.dumps(many.splitlines()), many)
+    assert 0.0 < spray < near  # every result copied: diluted precision
+    assert score('["agentrft/types.py", "made/up.py"]') < near  # a path not found counts as a miss
+
+
+def test_every_variant_in_the_readme_table_loads(recipe):
+    variants = sorted(recipe.glob("job*.yaml"))
+    assert len(variants) >= 8
+    for path in variants:
+        build_grader(load_job(path).rl.grader)  # raises on a bad job or grader
