@@ -120,6 +120,12 @@ class Sampling(_Strict):
     min_tokens_per_turn: int = Field(default=0, ge=0)  # no stop before this many tokens (benchmarks: fixed-length work)
     max_batch: int = Field(default=32, ge=1)  # rollouts sampled together at most
 
+    @model_validator(mode="after")
+    def _min_within_max(self) -> Sampling:
+        if self.min_tokens_per_turn > self.max_tokens_per_turn:
+            raise ValueError(f"min_tokens_per_turn ({self.min_tokens_per_turn}) is above max_tokens_per_turn ({self.max_tokens_per_turn})")
+        return self
+
 
 class Lora(_Strict):
     rank: int = Field(default=16, ge=1)

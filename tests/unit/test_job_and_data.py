@@ -56,6 +56,8 @@ def test_bad_nested_field_is_named_with_its_path():
         job_from_dict(bad)
     with pytest.raises(ConfigError, match=r"agentrft\.sampling\.temprature"):
         job_from_dict(job(agentrft={"sampling": {"temprature": 1.0}}))
+    with pytest.raises(ConfigError, match=r"agentrft\.sampling.*min_tokens_per_turn \(65\) is above max_tokens_per_turn \(64\)"):
+        job_from_dict(job(agentrft={"sampling": {"max_tokens_per_turn": 64, "min_tokens_per_turn": 65}}))
 
 
 def test_tool_needs_exactly_one_backend_and_a_valid_schema():
