@@ -1,5 +1,5 @@
 """Peak resident memory per phase of a training run, with and without giving freed heap
-memory back to the OS after each phase (`agentrft.train.memory.release_free_memory`).
+memory back to the OS after each phase (`agentrft.memory.release_free_memory`).
 
     .venv/bin/python bench/memory.py [--steps 8]
 

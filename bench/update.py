@@ -33,10 +33,10 @@ import torch
 
 import agentrft.train.update as update_module
 from agentrft.job import Train
+from agentrft.memory import peak_rss_mb, reset_peak_rss
 from agentrft.policy.hf import HFPolicy
 from agentrft.train.checkpoint import make_optimizer, make_trainable
 from agentrft.train.loss import LossConfig
-from agentrft.train.memory import peak_rss_mb, reset_peak_rss
 from agentrft.train.update import Scored, UpdateConfig, update_policy
 
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.rollout.group import run_groups_async
 from agentrft.rollout.records import distribution, summarize, to_record
-from agentrft.train.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.types import Grade, Group, Origin, Trajectory
 
 

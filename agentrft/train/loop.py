@@ -33,6 +33,7 @@ from agentrft.evaluate.eval import (
     rollout_and_grade,
 )
 from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
+from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy.hf import HFPolicy
 from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.group import sampling_params, settings_from_job
@@ -47,7 +48,6 @@ from agentrft.train.checkpoint import (
     save_checkpoint,
 )
 from agentrft.train.loss import LossConfig
-from agentrft.train.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.train.observe import RunLog
 from agentrft.train.update import Scored, UpdateConfig, update_policy
 from agentrft.types import Group, Item
@@ -188,7 +188,7 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             upd = update_policy(s.model, s.optimizer, scored, ucfg)
             s.policy.sync_sampler()
             upd["memory/update_peak_mb"] = peak_rss_mb()
-            release_free_memory()  # else the update's peak stays resident (see train/memory.py)
+            release_free_memory()  # else the update's peak stays resident (see agentrft/memory.py)
             s.state.step = step + 1
             trajs = [t for g in groups for t in g.trajectories]
             metrics: dict[str, Any] = {

@@ -145,3 +145,13 @@ def test_auto_hyperparameters_map_to_concrete_values_with_notes():
     assert r.notes["n_epochs"].startswith("auto -> 5") and "compute_multiplier 0.5" in r.notes["group_size"]
     no_val = resolve_hyperparameters(j.model_copy(update={"validation_file": None}), n_train=10)
     assert no_val.eval_interval == 0 and no_val.notes["eval_interval"] == "never (no validation_file)"
+
+
+def test_min_tokens_per_turn_reaches_the_local_sampler_and_the_endpoint():
+    from agentrft.rollout.chat_episode import chat_settings_from_job
+    from agentrft.rollout.group import sampling_params
+
+    j = job_from_dict(job(agentrft={"sampling": {"max_tokens_per_turn": 64, "min_tokens_per_turn": 5}}))
+    assert sampling_params(j).min_tokens == 5
+    assert chat_settings_from_job(j).sampling["min_tokens"] == 5  # vLLM's extra parameter
+    assert chat_settings_from_job(job_from_dict(job())).sampling["min_tokens"] is None  # unset: not sent

@@ -1,4 +1,4 @@
-"""Peak-memory windows and giving freed heap memory back (agentrft/train/memory.py)."""
+"""Peak-memory windows and giving freed heap memory back (agentrft/memory.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentrft.train.memory import peak_rss_mb, release_free_memory, reset_peak_rss
+from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 
 
 def rss_mb() -> float:
