@@ -198,13 +198,14 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
                 "epoch": step // hp.steps_per_epoch,
             }
             log.rollouts(f"step-{s.state.step}", graded_records(groups, step=s.state.step))
-            # 5. checkpoint
-            if s.state.step % ext.train.checkpoint_interval == 0 or s.state.step == hp.total_steps:
-                save_checkpoint(run_dir, s.model, s.optimizer, s.state)
-            # 6. eval
+            # 5. eval
             if s.val_items and hp.eval_interval and (s.state.step % hp.eval_interval == 0 or s.state.step == hp.total_steps):
                 metrics["eval"] = evaluate(s, settings, env_url, log, s.state.step)
             log.log(s.state.step, metrics)
+            # 6. checkpoint, after the step's metrics are on disk: a kill between the two loses
+            # nothing (resume drops lines past its checkpoint and redoes those steps)
+            if s.state.step % ext.train.checkpoint_interval == 0 or s.state.step == hp.total_steps:
+                save_checkpoint(run_dir, s.model, s.optimizer, s.state)
             _print_step(s.state.step, hp.total_steps, metrics)
     log.close()
     merged = export_final(run_dir, s.model, s.policy.tokenizer)
