@@ -15,6 +15,7 @@ from agentrft.data.commands import add_commands as add_data_commands
 from agentrft.errors import AgentRFTError
 from agentrft.evaluate.commands import add_commands as add_evaluate_commands
 from agentrft.graders.commands import add_commands as add_grader_commands
+from agentrft.service.commands import add_commands as add_service_commands
 
 
 def _run_dir(out: str | None, kind: str, base: str = "runs") -> Path:
@@ -37,7 +38,13 @@ def job_environment(job: object) -> Iterator[str | None]:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from agentrft.console import console, progress_bar, show_trajectory, summary_table
+    from agentrft.console import (
+        console,
+        progress_bar,
+        show_precision,
+        show_trajectory,
+        summary_table,
+    )
     from agentrft.data import load_dataset
     from agentrft.job import load_job
     from agentrft.policy.hf import HFPolicy
@@ -54,6 +61,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     out = _run_dir(args.out, "rollout", job.agentrft.output_dir if not args.out else ".")
     console.print(f"[bold]agentrft rollout[/] {args.job}: {len(items)} rows x {args.n} rollouts, model {args.model or job.model}")
     policy = HFPolicy.load(args.model or job.model, job.agentrft.device, job.agentrft.dtype)
+    show_precision(policy.precision)
     with job_environment(job) as base_url:
         settings = settings_from_job(job, policy, base_url)
         params = sampling_params(job, temperature=args.temperature)
@@ -129,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-batch", type=int, default=32, help="most sequences sampled together")
     sv.add_argument("--default-max-tokens", type=int, default=512, help="reply limit when a request sets no max_tokens")
     sv.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    sv.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    sv.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="auto (default): bf16 where the CPU or GPU computes it natively, else fp32")
     sv.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice; 1 is often faster on a busy machine)")
     sv.set_defaults(func=cmd_serve_model)
 
@@ -149,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate_commands(sub)
     add_grader_commands(sub)
     add_data_commands(sub)
+    add_service_commands(sub)
     return p
 
 

@@ -75,6 +75,12 @@ def summary_table(summary: dict[str, Any], title: str = "rollouts") -> Table:
     return t
 
 
+def show_precision(choice: Any) -> None:
+    """The dtype a run samples (and trains) in, and why: `dtype: auto` depends on the
+    hardware, so every run, eval and server says what it chose."""
+    console.print(f"precision: {choice}")
+
+
 @contextlib.contextmanager
 def progress_bar(label: str, total: int) -> Iterator[Callable[..., None]]:
     """A transient progress bar; yields a callback that advances it by one (any arguments

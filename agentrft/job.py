@@ -189,7 +189,7 @@ class Extension(_Strict):
     judge: JudgeConfig | None = None  # where score_model/label_model graders run (agentrft.graders.judge)
     # model and compute
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["fp32", "bf16"] = "bf16"
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 where the hardware computes it natively (agentrft.policy.precision)
     output_dir: str = "runs"
     train: Train = Field(default_factory=Train)
 

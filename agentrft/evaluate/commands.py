@@ -60,7 +60,7 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
     import dataclasses
 
     from agentrft.cli import job_environment
-    from agentrft.console import progress_bar
+    from agentrft.console import progress_bar, show_precision
     from agentrft.evaluate.eval import grade_and_cleanup, rollout_and_grade
     from agentrft.graders import build_grader, tool_call_limit
 
@@ -89,6 +89,7 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
         from agentrft.rollout.group import sampling_params, settings_from_job
 
         policy = load_policy(job.model if model in (None, "base") else model, base=job.model, device=ext.device, dtype=ext.dtype)
+        show_precision(policy.precision)
         settings = settings_from_job(job, policy, env_url)
         if budget is not None and (settings.max_tool_calls is None or budget < settings.max_tool_calls):
             settings = dataclasses.replace(settings, max_tool_calls=budget)  # its grade is -1 anyway

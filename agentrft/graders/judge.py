@@ -60,7 +60,7 @@ class JudgeConfig(Strict):
     # number, at the cost of writing no reasoning steps first.
     prefill: str | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["fp32", "bf16"] = "bf16"
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"
 
     def model_for(self, grader_model: str) -> str:
         return self.model or self.models.get(grader_model, grader_model)

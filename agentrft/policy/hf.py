@@ -20,6 +20,7 @@ import torch
 
 from agentrft.policy import Completion, SamplingParams
 from agentrft.policy.models import resolve_model
+from agentrft.policy.precision import DtypeChoice, resolve_dtype
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +34,20 @@ def pick_device(device: str) -> torch.device:
 class HFPolicy:
     """A causal LM from transformers that samples batches with a KV cache.
 
-    For inference the weights are held in the sampling dtype (bf16 by default). For training
+    For inference the weights are held in the sampling dtype (`auto`: bf16 where the hardware
+    computes it natively, else fp32; see `policy.precision`). For training
     (`for_training=True`) `model` keeps fp32 master weights for the optimiser, and sampling
     runs on a separate copy in the sampling dtype with any LoRA adapter merged in, refreshed
     by `sync_sampler()` after each update: no per-token autocast casts and no LoRA detour
     while decoding (what vLLM's weight sync does on GPUs).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, dtype: str = "bf16", name: str = "", sampler: Any = None) -> None:
+    def __init__(self, model: Any, tokenizer: Any, dtype: str = "fp32", name: str = "", sampler: Any = None, precision: DtypeChoice | None = None) -> None:
         self.model = model
         self.sampler_model = sampler if sampler is not None else model
         self.tokenizer = tokenizer
-        self.dtype = dtype
+        self.precision = precision or resolve_dtype(dtype, next(model.parameters()).device.type)
+        self.dtype = self.precision.dtype  # "bf16" or "fp32", never "auto"
         self.name = name
         self.device = next(model.parameters()).device
         eos = {tokenizer.eos_token_id}
@@ -55,14 +58,15 @@ class HFPolicy:
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
 
     @classmethod
-    def for_inference(cls, model: Any, tokenizer: Any, dtype: str = "bf16", name: str = "") -> HFPolicy:
+    def for_inference(cls, model: Any, tokenizer: Any, dtype: str = "auto", name: str = "") -> HFPolicy:
         """Wrap a loaded model for sampling only: weights cast once to the sampling dtype."""
-        if dtype == "bf16":
+        precision = resolve_dtype(dtype, next(model.parameters()).device.type)
+        if precision.dtype == "bf16":
             model = model.to(torch.bfloat16)
-        return cls(model.eval(), tokenizer, dtype=dtype, name=name)
+        return cls(model.eval(), tokenizer, name=name, precision=precision)
 
     @classmethod
-    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "bf16", for_training: bool = False) -> HFPolicy:
+    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "auto", for_training: bool = False) -> HFPolicy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path: Path = resolve_model(name_or_path)
@@ -73,9 +77,10 @@ class HFPolicy:
         log.info("loaded %s in %.1fs", path, time.perf_counter() - t0)
         if not for_training:
             return cls.for_inference(model, tokenizer, dtype=dtype, name=name_or_path)
-        sampler = copy.deepcopy(model).to(torch.bfloat16 if dtype == "bf16" else torch.float32).eval()
+        precision = resolve_dtype(dtype, next(model.parameters()).device.type)
+        sampler = copy.deepcopy(model).to(torch.bfloat16 if precision.dtype == "bf16" else torch.float32).eval()
         sampler.requires_grad_(False)
-        return cls(model, tokenizer, dtype=dtype, name=name_or_path, sampler=sampler)
+        return cls(model, tokenizer, name=name_or_path, sampler=sampler, precision=precision)
 
     @torch.no_grad()
     def sync_sampler(self) -> None:

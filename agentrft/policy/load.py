@@ -116,7 +116,7 @@ def resolve_ref(ref: str, base: str | None = None) -> ResolvedRef:
     return ResolvedRef("model", str(found), run_base)
 
 
-def load_policy(ref: str, *, base: str | None = None, device: str = "auto", dtype: str = "bf16") -> HFPolicy:
+def load_policy(ref: str, *, base: str | None = None, device: str = "auto", dtype: str = "auto") -> HFPolicy:
     """Load `ref` (see the module docstring) as an HFPolicy ready to sample.
 
     An adapter is merged into its base (`merge_and_unload`), so serving it costs the same

@@ -136,7 +136,7 @@ def served_name(ref: str) -> str:
 
 
 def serve_model(ref: str, *, host: str = "127.0.0.1", port: int = 8000, base: str | None = None, name: str | None = None,
-                max_batch: int = 32, default_max_tokens: int = 512, device: str = "auto", dtype: str = "bf16") -> None:
+                max_batch: int = 32, default_max_tokens: int = 512, device: str = "auto", dtype: str = "auto") -> None:
     """Load `ref` (see `agentrft.policy.load`) and serve it until interrupted."""
     import uvicorn
 
@@ -146,4 +146,5 @@ def serve_model(ref: str, *, host: str = "127.0.0.1", port: int = 8000, base: st
     model_name = name or served_name(ref)
     app = create_app(policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens)
     print(f"serving {model_name!r} ({ref}) on http://{host}:{port}/v1  (OpenAI-compatible chat completions)", flush=True)
+    print(f"precision: {policy.precision}", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

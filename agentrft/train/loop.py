@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from agentrft.console import console, progress_bar
+from agentrft.console import console, progress_bar, show_precision
 from agentrft.data import load_dataset
 from agentrft.errors import AgentRFTError
 from agentrft.evaluate.eval import (
@@ -151,9 +151,11 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
     s = prepare(job, run_dir, resume)
     hp, ext = s.hp, job.agentrft
     console.print(f"[bold]agentrft train[/] {job.source} -> {run_dir}")
+    show_precision(s.policy.precision)
     for name, how in hp.notes.items():
         console.print(f"  {name}: {how}")
-    (run_dir / "hyperparameters.json").write_text(json.dumps({**{k: v for k, v in vars(hp).items() if k != "notes"}, "notes": hp.notes}, indent=2))
+    hyper = {**{k: v for k, v in vars(hp).items() if k != "notes"}, "dtype": s.policy.dtype, "notes": {**hp.notes, "dtype": s.policy.precision.reason}}
+    (run_dir / "hyperparameters.json").write_text(json.dumps(hyper, indent=2))
     log = RunLog(run_dir, resume_from_step=s.state.step if resume else None)
     clip_high = ext.train.clip_high if ext.train.clip_high is not None else (0.28 if ext.train.loss == "dapo" else ext.train.clip_low)
     ucfg = UpdateConfig(
@@ -161,7 +163,7 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
         temperature=ext.sampling.temperature if ext.sampling.temperature > 0 else 1.0,
         ppo_epochs=ext.train.ppo_epochs, micro_batch_tokens=ext.train.micro_batch_tokens,
         max_grad_norm=ext.train.max_grad_norm, max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
-        bf16=ext.dtype == "bf16",
+        bf16=s.policy.dtype == "bf16",
     )
     with job_environment(job) as env_url:
         settings = settings_from_job(job, s.policy, env_url)
