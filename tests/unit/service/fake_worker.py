@@ -1,0 +1,52 @@
+"""A stand-in for `agentrft.service.worker` in the unit tests: it writes what a training
+run writes (hyperparameters.json, metrics.jsonl, rollouts, checkpoints) without a model.
+
+The job's `metadata` steers it: `fake_steps` (default 2), `fake_step_s` (seconds per step,
+default 0), `fake_fail` (an error message: the run fails with it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from agentrft.service.worker import die_with_parent, write_result
+
+
+def main() -> int:
+    import os
+
+    run_dir = Path(sys.argv[1])
+    die_with_parent(int(os.environ["AGENTRFT_SERVICE_PID"]))
+    job = json.loads((run_dir / "job.json").read_text())
+    meta = job.get("metadata") or {}
+    steps, step_s = int(meta.get("fake_steps", 2)), float(meta.get("fake_step_s", 0))
+    if meta.get("fake_fail"):
+        write_result(run_dir, {"error": {"code": "TrainingAborted", "message": meta["fake_fail"]}})
+        return 1
+    (run_dir / "hyperparameters.json").write_text(json.dumps({"batch_size": 2, "n_epochs": 1, "total_steps": steps}))
+    latest = run_dir / "checkpoints" / "latest"
+    start = int(latest.read_text().removeprefix("step-")) if latest.is_file() else 0
+    for step in range(start + 1, steps + 1):
+        time.sleep(step_s)
+        row = {"step": step, "reward/mean": 0.1 * step, "reward/n": 16, "eval/reward/mean": 0.05 * step, "rollouts/tool_calls/mean": 1.0,
+               "rollouts/tool_calls_histogram/1": 3.0, "rollouts/stop_reasons/final_answer": 4.0}
+        with (run_dir / "metrics.jsonl").open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        rollouts = run_dir / "rollouts"
+        rollouts.mkdir(exist_ok=True)
+        record = {"trace_id": f"trace-{step}", "row": 0, "reward": 0.5, "stop_reason": "final_answer", "num_tool_calls": 1,
+                  "messages": [{"role": "user", "content": "What is the capital of France?"}, {"role": "assistant", "content": "Paris"}],
+                  "turns": [{"tool_results": []}]}
+        (rollouts / f"step-{step}.jsonl").write_text(json.dumps(record) + "\n")
+        ckpt = run_dir / "checkpoints" / f"step-{step}" / "adapter"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        latest.write_text(f"step-{step}")
+    write_result(run_dir, {"status": "succeeded"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
