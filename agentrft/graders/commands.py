@@ -66,6 +66,18 @@ def _judge_config(args: argparse.Namespace) -> Any:
     return JudgeConfig.model_validate(base)
 
 
+def _sandbox_limits(args: argparse.Namespace) -> Any:
+    """Sandbox limits for python graders from the --cpu-s/--wall-s/... flags (a grader's own
+    `agentrft.sandbox` still wins)."""
+    from agentrft.sandbox import Limits
+
+    given = {k: getattr(args, k) for k in ("cpu_s", "wall_s", "memory_mb", "pids") if getattr(args, k, None) is not None}
+    for key, value in given.items():
+        if value <= 0:
+            raise ConfigError(f"--{key.replace('_', '-')} must be positive, got {value:g}")
+    return Limits(**given)
+
+
 def run_response(grader: Any, grade: Any) -> dict[str, Any]:
     """The shape of OpenAI's grader-run response, from one Grade."""
     from agentrft.graders.protocol import ERROR_FLAGS
@@ -98,7 +110,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from agentrft.graders.build import build_grader, load_grader_spec
 
-    grader = build_grader(load_grader_spec(args.grader), judge=_judge_config(args))
+    grader = build_grader(load_grader_spec(args.grader), judge=_judge_config(args), python_limits=_sandbox_limits(args))
     sample = _read_sample(args.sample) if args.sample else None
     if sample is None:
         from agentrft.graders.sample import sample_from_text
@@ -142,4 +154,8 @@ def add_commands(subparsers: Any) -> None:
     r.add_argument("--judge-url", help="OpenAI-compatible endpoint for model graders (e.g. http://127.0.0.1:8000/v1)")
     r.add_argument("--judge-model", help="judge model for every model grader (default: the grader's own `model`)")
     r.add_argument("--judge-api-key-env", help="environment variable holding the judge endpoint's API key")
+    r.add_argument("--cpu-s", type=int, help="python graders: CPU seconds (default 120)")
+    r.add_argument("--wall-s", type=float, help="python graders: wall-clock seconds (default 300)")
+    r.add_argument("--memory-mb", type=int, help="python graders: memory in MB (default 2048)")
+    r.add_argument("--pids", type=int, help="python graders: processes and threads at once (default 64)")
     r.set_defaults(func=cmd_run)

@@ -1,12 +1,15 @@
 """`python` (OpenAI): the user's `def grade(sample, item) -> float`, run isolated.
 
     {"type": "python", "name": "...", "source": "def grade(sample, item):\\n    return 1.0",
-     "image_tag": "2025-05-08"}                 # image_tag is accepted and ignored
+     "image_tag": "2025-05-08",                 # image_tag is accepted and ignored
+     "agentrft": {"sandbox": {"cpu_s": 10, "wall_s": 30, "memory_mb": 512, "pids": 32}}}  # optional
 
-Each call runs in a fresh bubblewrap sandbox (see agentrft.sandbox): no network, a
-read-only filesystem except its own temporary directory, and CPU-time, memory and file-size
-limits (OpenAI's: 2 min, 2 GB, 1 GB by default). The grader sees agentrft's own Python
-environment (numpy, rapidfuzz, nltk, rouge-score, ... as installed), not OpenAI's image.
+Each call runs in a fresh bubblewrap sandbox (see agentrft.sandbox): no network, no
+privileges, a read-only filesystem except its own temporary directory, and CPU-time,
+memory, process and file-size limits (OpenAI's: 2 min, 2 GB, 1 GB by default). The
+grader's `agentrft.sandbox` sets them; `agentrft grader run --cpu-s ...` sets the defaults.
+The grader sees agentrft's own Python environment (numpy, rapidfuzz, nltk, rouge-score,
+... as installed), not OpenAI's image.
 
 Outcomes: a finite number is the score. An exception, a non-number, NaN or a crash flags
 `python_grader_runtime_error` (memory exhaustion shows as MemoryError there); running past
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import json
 import shutil
 import sys
@@ -63,11 +67,30 @@ except BaseException as exc:
 """
 
 
+class SandboxSpec(Strict):
+    """Sandbox limits (agentrft's addition; unset fields keep the defaults, see
+    agentrft.sandbox.Limits). With a cgroup they hold for the whole sandbox together."""
+
+    cpu_s: int | None = Field(default=None, ge=1)  # CPU seconds
+    wall_s: float | None = Field(default=None, gt=0)  # wall-clock seconds
+    memory_mb: int | None = Field(default=None, ge=32)
+    file_mb: int | None = Field(default=None, ge=1)  # largest file written
+    pids: int | None = Field(default=None, ge=8)  # processes and threads at once
+
+    def apply(self, base: Limits) -> Limits:
+        return dataclasses.replace(base, **{k: v for k, v in self.model_dump().items() if v is not None})
+
+
+class PythonExtension(Strict):
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
+
+
 class PythonSpec(Strict):
     type: Literal["python"]
     name: str = "python"
     source: str = Field(min_length=1)
     image_tag: str | None = None
+    agentrft: PythonExtension | None = None  # {"sandbox": {"cpu_s": 10, "memory_mb": 512, ...}}
 
 
 def check_source(source: str, where: str) -> None:
@@ -109,6 +132,8 @@ class PythonGrader:
             verdict = json.loads(verdict_path.read_text()) if verdict_path.is_file() else None
         finally:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
+        if res.memory_limit:
+            return failed("python_grader_runtime_error", f"killed at the sandbox's memory limit of {self.limits.memory_mb} MB", stderr=res.stderr[-2000:])
         if res.timed_out:
             why = f"killed at the wall-clock limit of {self.limits.wall_s:g}s" if res.wall_timeout else f"killed at the CPU limit of {self.limits.cpu_s}s (or for memory)"
             return failed("python_grader_timeout", why, stderr=res.stderr[-2000:])
@@ -126,4 +151,7 @@ class PythonGrader:
 
 def build(spec: PythonSpec, path: str, ctx: BuildContext) -> PythonGrader:
     check_source(spec.source, f"{path}.source")
-    return PythonGrader(spec, ctx.python_limits or Limits())
+    limits = ctx.python_limits or Limits()
+    if spec.agentrft is not None:  # the grader's own limits win over the caller's defaults
+        limits = spec.agentrft.sandbox.apply(limits)
+    return PythonGrader(spec, limits)
