@@ -21,6 +21,11 @@ per-rollout state, speaking the OpenAI Agent RFT wire contract.
 Routes: POST /tools/{name}, POST /grade, POST /cleanup, GET /tools, GET /health.
 Raise `ToolInputError` for a 4xx (shown to the model); any other exception is a 500, which
 agentrft retries and then discards the rollout. Bodies over 1 MiB get 413.
+
+A trace's state is cleaned up only after a *successful* grade: a grader that raises answers
+500 and keeps the state, so agentrft's retry grades the same workspace. A trace already
+cleaned up (graded, `/cleanup`, or idle too long) answers 410 to `/grade` and to tools,
+which agentrft flags; it never starts a fresh, empty state that would score 0.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import logging
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +50,7 @@ from agentrft.tools.http import MAX_PAYLOAD_BYTES
 from agentrft.tools.python import ToolInputError
 
 log = logging.getLogger(__name__)
+_FINISHED_KEPT = 100_000  # cleaned-up trace ids remembered, so they answer 410 rather than start afresh
 
 @dataclass
 class TraceContext:
@@ -77,6 +84,7 @@ class ToolServer:
         self._on_start: Callable[[TraceContext], Any] | None = None
         self._on_cleanup: Callable[[TraceContext], Any] | None = None
         self._traces: dict[str, TraceContext] = {}
+        self._finished: OrderedDict[str, str] = OrderedDict()  # trace_id -> why it was cleaned up
         self._lock = threading.Lock()
         self._app: Any = None
 
@@ -123,6 +131,8 @@ class ToolServer:
         with self._lock:
             ctx = self._traces.get(trace_id)
             if ctx is None:
+                if trace_id in self._finished:
+                    raise TraceGone(f"trace {trace_id} was already cleaned up ({self._finished[trace_id]}); its state is gone")
                 ctx = self._traces[trace_id] = TraceContext(trace_id, item, headers)
         with ctx.lock:  # concurrent first calls of one trace wait for a single on_start
             if not ctx.started:
@@ -132,9 +142,13 @@ class ToolServer:
         ctx.last_used = time.monotonic()
         return ctx
 
-    def cleanup(self, trace_id: str) -> bool:
+    def cleanup(self, trace_id: str, why: str = "cleaned up on request") -> bool:
         with self._lock:
             ctx = self._traces.pop(trace_id, None)
+            if ctx is not None:
+                self._finished[trace_id] = why
+                while len(self._finished) > _FINISHED_KEPT:
+                    self._finished.popitem(last=False)
         if ctx is None:
             return False
         if self._on_cleanup is not None and ctx.started:
@@ -145,14 +159,14 @@ class ToolServer:
     def close(self) -> None:
         """Clean up every open trace; runs when the server stops (ASGI lifespan shutdown)."""
         for trace_id in self.active_traces:
-            self.cleanup(trace_id)
+            self.cleanup(trace_id, "the server stopped")
 
     def _sweep(self) -> None:
         now = time.monotonic()
         with self._lock:
             stale = [t for t, c in self._traces.items() if now - c.last_used > self.idle_ttl_s]
         for trace_id in stale:
-            self.cleanup(trace_id)
+            self.cleanup(trace_id, f"idle for over {self.idle_ttl_s:g}s")
 
     # -- HTTP -----------------------------------------------------------------------------
     @property
@@ -228,6 +242,8 @@ class ToolServer:
                     out = await out
             except ToolInputError as exc:
                 return PlainTextResponse(str(exc), status_code=400)
+            except TraceGone as exc:
+                return PlainTextResponse(str(exc), status_code=410)
             except Exception as exc:  # the tool's own failure: a 500, which agentrft retries
                 log.exception("tool %s failed for %s", name, trace_id)
                 return PlainTextResponse(f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500)
@@ -238,20 +254,32 @@ class ToolServer:
         async def grade(request: Request) -> Any:
             if self._grader is None:
                 return PlainTextResponse("this server has no grader", status_code=404)
-            req = await read_json(request)
-            trace_id = str(req.get("trace_id") or "")
+            try:
+                req = await read_json(request)
+            except json.JSONDecodeError:
+                return PlainTextResponse("request body is not JSON", status_code=400)
+            trace_id = str(req.get("trace_id") or "") if isinstance(req, dict) else ""
+            if not trace_id:
+                return PlainTextResponse("missing trace_id", status_code=400)
             headers = {k.lower(): v for k, v in request.headers.items()}
 
             def run() -> Any:
                 ctx = self._context(trace_id, req.get("item") or {}, headers)
-                try:
-                    return self._grader(ctx, req.get("sample") or {}, req.get("item") or {})  # type: ignore[misc]
-                finally:
-                    if self.cleanup_after_grade:
-                        self.cleanup(trace_id)
+                out = self._grader(ctx, req.get("sample") or {}, req.get("item") or {})  # type: ignore[misc]
+                if inspect.isawaitable(out):
+                    raise TypeError("the grader must be a plain function, not async")
+                reply = out if isinstance(out, dict) else {"score": float(out)}
+                if self.cleanup_after_grade:  # only now: a failed grade keeps the state for the retry
+                    self.cleanup(trace_id, "graded")
+                return reply
 
-            out = await run_in_threadpool(run)
-            return out if isinstance(out, dict) else {"score": float(out)}
+            try:
+                return await run_in_threadpool(run)
+            except TraceGone as exc:
+                return PlainTextResponse(str(exc), status_code=410)
+            except Exception as exc:  # a 500: agentrft retries on the same, kept state
+                log.exception("grader failed for %s", trace_id)
+                return PlainTextResponse(f"grader failed: {type(exc).__name__}: {exc}", status_code=500)
 
         @app.post("/cleanup")
         async def cleanup(request: Request) -> dict[str, Any]:
@@ -264,6 +292,10 @@ class ToolServer:
 
 class _TooLarge(Exception):
     pass
+
+
+class TraceGone(Exception):
+    """The trace was cleaned up already: answered 410, never graded on a fresh state."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
