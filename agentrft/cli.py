@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from agentrft.data.commands import add_commands as add_data_commands
@@ -16,25 +13,6 @@ from agentrft.errors import AgentRFTError
 from agentrft.evaluate.commands import add_commands as add_evaluate_commands
 from agentrft.graders.commands import add_commands as add_grader_commands
 from agentrft.service.commands import add_commands as add_service_commands
-
-
-def _run_dir(out: str | None, kind: str, base: str = "runs") -> Path:
-    path = Path(out) if out else Path(base) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@contextlib.contextmanager
-def job_environment(job: object) -> Iterator[str | None]:
-    """Start the job's environment server when it names one; yield its base URL."""
-    from agentrft.tools.launch import launch_environment
-
-    env = job.agentrft.environment  # type: ignore[attr-defined]
-    if env is None:
-        yield None
-        return
-    with launch_environment(env.app, job.resolve_path("."), env.host, env.port, env.startup_timeout_s, env.env) as url:  # type: ignore[attr-defined]
-        yield url
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -48,8 +26,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from agentrft.data import load_dataset
     from agentrft.job import load_job
     from agentrft.policy.hf import HFPolicy
-    from agentrft.rollout.group import run_groups, sampling_params, settings_from_job
-    from agentrft.rollout.records import summarize, to_record, write_jsonl
+    from agentrft.rollout.group import run_groups
+    from agentrft.rollout.records import new_output_dir, summarize, to_record, write_jsonl
+    from agentrft.runtime import sampling_params, settings_from_job
+    from agentrft.tools.launch import job_environment
 
     job = load_job(args.job)
     train = load_dataset(job.training_path)  # both files are checked before any work
@@ -58,7 +38,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if args.split == "validation" and val is None:
         raise AgentRFTError(f"{args.job}: --split validation needs `validation_file` in the job")
     items = items[: args.rows] if args.rows else items
-    out = _run_dir(args.out, "rollout", job.agentrft.output_dir if not args.out else ".")
+    out = new_output_dir(args.out, "rollout", job.agentrft.output_dir)
     console.print(f"[bold]agentrft rollout[/] {args.job}: {len(items)} rows x {args.n} rollouts, model {args.model or job.model}")
     policy = HFPolicy.load(args.model or job.model, job.agentrft.device, job.agentrft.dtype)
     show_precision(policy.precision)

@@ -8,16 +8,15 @@ the fix, before any work starts.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import jsonschema
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
+from agentrft.config import Strict, fix_for, load_mapping_file
 from agentrft.errors import ConfigError
 from agentrft.graders.judge import JudgeConfig
 
@@ -25,11 +24,7 @@ Auto = Literal["auto"]
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Hyperparameters(_Strict):
+class Hyperparameters(Strict):
     """OpenAI's reinforcement hyperparameters; each is a number or "auto"."""
 
     batch_size: int | Auto = "auto"
@@ -41,7 +36,7 @@ class Hyperparameters(_Strict):
     reasoning_effort: Literal["default", "low", "medium", "high"] | Auto = "auto"
 
 
-class ToolSpec(_Strict):
+class ToolSpec(Strict):
     """A tool: an HTTP endpoint (`server_url`) or, as agentrft's addition, an in-process
     Python callable (`function: "module:callable"`)."""
 
@@ -71,7 +66,7 @@ class ToolSpec(_Strict):
         return self
 
 
-class Reinforcement(_Strict):
+class Reinforcement(Strict):
     grader: dict[str, Any]
     tools: list[ToolSpec] = Field(default_factory=list)
     max_episode_steps: int | None = Field(default=None, ge=1)
@@ -94,12 +89,12 @@ class Reinforcement(_Strict):
         return self
 
 
-class Method(_Strict):
+class Method(Strict):
     type: Literal["reinforcement"]
     reinforcement: Reinforcement
 
 
-class Environment(_Strict):
+class Environment(Strict):
     """An environment server agentrft starts for the run and stops afterwards.
     Tools whose `server_url` is a bare path ("/tools/grep") are resolved against it."""
 
@@ -110,7 +105,7 @@ class Environment(_Strict):
     env: dict[str, str] = Field(default_factory=dict)  # extra environment variables for it
 
 
-class Sampling(_Strict):
+class Sampling(Strict):
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens_per_turn: int = Field(default=256, ge=1)
@@ -127,7 +122,7 @@ class Sampling(_Strict):
         return self
 
 
-class Lora(_Strict):
+class Lora(Strict):
     rank: int = Field(default=16, ge=1)
     alpha: int = 32
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
@@ -136,7 +131,7 @@ class Lora(_Strict):
     )
 
 
-class Train(_Strict):
+class Train(Strict):
     """How the policy is updated (agentrft's own; OpenAI's hyperparameters set the rest)."""
 
     loss: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
@@ -156,7 +151,7 @@ class Train(_Strict):
     eval_temperature: float | None = Field(default=None, ge=0)  # None: the sampling temperature
 
 
-class Extension(_Strict):
+class Extension(Strict):
     """agentrft's own settings, under the job's `agentrft:` key."""
 
     # task design: what a small model needs before RL can find any signal
@@ -194,7 +189,7 @@ class Extension(_Strict):
     train: Train = Field(default_factory=Train)
 
 
-class Job(_Strict):
+class Job(Strict):
     model: str = DEFAULT_MODEL
     training_file: str
     validation_file: str | None = None
@@ -234,24 +229,13 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
 
-def _fix_for(err: dict[str, Any]) -> str:
-    kind = err["type"]
-    loc = err["loc"]
-    if kind == "extra_forbidden":
-        if len(loc) == 1:
-            return "remove it; agentrft's own settings go under the `agentrft:` key"
-        return "remove it or check its spelling"
-    if kind == "missing":
-        return "add this field"
-    if kind.startswith("literal_error"):
-        return "use one of the values listed"
-    return "correct the value"
+_UNKNOWN_TOP_LEVEL = "remove it; agentrft's own settings go under the `agentrft:` key"
 
 
 def format_validation_error(source: str, exc: ValidationError) -> str:
     lines = [f"{source}: invalid job ({exc.error_count()} problem{'s' if exc.error_count() > 1 else ''})"]
     for err in exc.errors():
-        lines.append(f"  - field `{_field_path(err['loc'])}`: {err['msg']} -> {_fix_for(dict(err))}")
+        lines.append(f"  - field `{_field_path(err['loc'])}`: {err['msg']} -> {fix_for(err, unknown_top_level=_UNKNOWN_TOP_LEVEL)}")
     return "\n".join(lines)
 
 
@@ -270,13 +254,7 @@ def job_from_dict(data: Any, source: str = "<job>", base_dir: Path | None = None
 def load_job(path: str | Path) -> Job:
     """Load a job from YAML or JSON (same keys). Raises ConfigError naming file and field."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: job file not found")
-    text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    data = load_mapping_file(path, "job")
     return job_from_dict(data, source=str(path), base_dir=path.resolve().parent)
 
 

@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def worker(run_dir: Path, steps: int, release: bool) -> None:
-    import agentrft.evaluate.eval as eval_module
+    import agentrft.rollout.group as rollout_module
     import agentrft.train.loop as loop_module
     from agentrft.job import load_job
     from agentrft.train.loop import train
 
     if not release:  # the behaviour before: freed memory stays with malloc
-        loop_module.release_free_memory = eval_module.release_free_memory = lambda: False  # type: ignore[assignment]
+        loop_module.release_free_memory = rollout_module.release_free_memory = lambda: False  # type: ignore[assignment]
     job = load_job(ROOT / "examples/directory/job.yaml")
     rl = job.rl.model_copy(update={"hyperparameters": job.rl.hyperparameters.model_copy(update={"batch_size": 2})})
     ext = job.agentrft.model_copy(update={"group_size": 4, "train": job.agentrft.train.model_copy(update={"max_steps": steps, "checkpoint_interval": 10**6})})

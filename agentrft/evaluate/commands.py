@@ -14,12 +14,6 @@ from typing import Any
 from agentrft.errors import AgentRFTError
 
 
-def _out_dir(out: str | None, kind: str, base: str) -> Path:
-    path = Path(out) if out else Path(base) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _items(job: Any, data: str | None, rows: int | None, split: str) -> list[Any]:
     """The rows to run: --data FILE, else the job's validation (or training) file. Both of
     the job's files are validated first, so a bad line fails before any work."""
@@ -56,47 +50,38 @@ def _endpoint_model(url: str, name: str | None) -> str:
 
 def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temperature: float | None, seed: int | None = None, label: str = "rollouts", endpoint_model: str | None = None) -> list[Any]:
     """K graded rollouts per row with `model`: the job's model (`base`), a run directory or
-    model path, or an OpenAI-compatible endpoint URL (evaluated, not trainable)."""
-    import dataclasses
-
-    from agentrft.cli import job_environment
+    model path, or an OpenAI-compatible endpoint URL (evaluated, not trainable). Rollouts
+    come from `rollout/` and grades from `graders/`, as in training."""
     from agentrft.console import progress_bar, show_precision
-    from agentrft.evaluate.eval import grade_and_cleanup, rollout_and_grade
-    from agentrft.graders import build_grader, tool_call_limit
+    from agentrft.graders import build_grader, grade_rollouts
+    from agentrft.runtime import chat_settings_from_job, sampling_params, settings_from_job
+    from agentrft.tools.launch import job_environment
 
     grader = build_grader(job.rl.grader, judge=job.agentrft.judge)
-    budget = tool_call_limit(grader)
     ext = job.agentrft
-    with job_environment(job) as env_url, progress_bar(label, len(items) * k) as advance:
+    with job_environment(job) as env_url:
         if model and model.startswith(("http://", "https://")):
             from agentrft.policy.openai_client import OpenAIChat
-            from agentrft.rollout.chat_episode import chat_settings_from_job, run_chat_groups_async
+            from agentrft.rollout.chat_episode import run_chat_groups_async
 
             chat = OpenAIChat(model, _endpoint_model(model, endpoint_model))
-            chat_settings = chat_settings_from_job(job, env_url)
-            if temperature is not None:
-                chat_settings = dataclasses.replace(chat_settings, sampling={**chat_settings.sampling, "temperature": temperature})
-            if budget is not None and (chat_settings.max_tool_calls is None or budget < chat_settings.max_tool_calls):
-                chat_settings = dataclasses.replace(chat_settings, max_tool_calls=budget)
+            chat_settings = chat_settings_from_job(job, env_url, grader, temperature)
+            with progress_bar(label, len(items) * k) as advance:
+                groups = asyncio.run(run_chat_groups_async(items, k, chat_settings, chat, on_done=advance))
+        else:
+            from agentrft.policy.load import load_policy
+            from agentrft.rollout.batching import BatchedSampler
+            from agentrft.rollout.group import rollout_groups
 
-            async def run() -> list[Any]:
-                groups = await run_chat_groups_async(items, k, chat_settings, chat, on_done=advance)
-                return await grade_and_cleanup(groups, grader, env_url)
-
-            return asyncio.run(run())
-        from agentrft.policy.load import load_policy
-        from agentrft.rollout.batching import BatchedSampler
-        from agentrft.rollout.group import sampling_params, settings_from_job
-
-        policy = load_policy(job.model if model in (None, "base") else model, base=job.model, device=ext.device, dtype=ext.dtype)
-        show_precision(policy.precision)
-        settings = settings_from_job(job, policy, env_url)
-        if budget is not None and (settings.max_tool_calls is None or budget < settings.max_tool_calls):
-            settings = dataclasses.replace(settings, max_tool_calls=budget)  # its grade is -1 anyway
-        params = sampling_params(job, seed=job.seed if seed is None else seed, temperature=temperature)
-        sampler = BatchedSampler(policy, params, max_batch=ext.sampling.max_batch)
-        groups, _ = asyncio.run(rollout_and_grade(items, k, settings, sampler, grader, env_url, advance))
-        return groups
+            policy = load_policy(job.model if model in (None, "base") else model, base=job.model, device=ext.device, dtype=ext.dtype)
+            show_precision(policy.precision)
+            settings = settings_from_job(job, policy, env_url, grader)
+            params = sampling_params(job, seed=job.seed if seed is None else seed, temperature=temperature)
+            sampler = BatchedSampler(policy, params, max_batch=ext.sampling.max_batch)
+            with progress_bar(label, len(items) * k) as advance:
+                groups, _ = rollout_groups(items, k, settings, sampler, advance)
+        graded, _ = grade_rollouts(groups, grader, env_url)
+    return graded
 
 
 def evaluate_model(job: Any, items: Sequence[Any], k: int, model: str, out: Path, *, temperature: float | None = None, threshold: float = 1.0, endpoint_model: str | None = None, label: str = "eval") -> dict[str, Any]:
@@ -153,10 +138,11 @@ def print_preflight(rep: dict[str, Any]) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentrft.console import console, summary_table
     from agentrft.job import load_job
+    from agentrft.rollout.records import new_output_dir
 
     job = load_job(args.job)
     items = _items(job, args.data, args.rows, "validation")
-    out = _out_dir(args.out, "eval", job.agentrft.output_dir)
+    out = new_output_dir(args.out, "eval", job.agentrft.output_dir)
     model = args.model or "base"
     console.print(f"[bold]agentrft eval[/] {args.job}: {len(items)} rows x {args.k} samples, model {model}")
     res = evaluate_model(job, items, args.k, model, out, temperature=args.temperature, threshold=args.threshold, endpoint_model=args.endpoint_model)
@@ -168,10 +154,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_preflight(args: argparse.Namespace) -> int:
     from agentrft.console import console
     from agentrft.job import load_job
+    from agentrft.rollout.records import new_output_dir
 
     job = load_job(args.job)
     items = _items(job, args.data, args.rows, args.split)
-    out = _out_dir(args.out, "preflight", job.agentrft.output_dir)
+    out = new_output_dir(args.out, "preflight", job.agentrft.output_dir)
     console.print(f"[bold]agentrft preflight[/] {args.job}: {len(items)} rows x {args.k} samples")
     rep = preflight_job(job, items, args.k, out, model=args.model, temperature=args.temperature, threshold=args.threshold)
     print_preflight(rep)
@@ -252,14 +239,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     from agentrft.console import console
-    from agentrft.evaluate.eval import graded_records, reward_of
-    from agentrft.graders import sample_from_trajectory
+    from agentrft.evaluate.eval import graded_records
+    from agentrft.graders import reward_of, sample_from_trajectory
     from agentrft.job import load_job
-    from agentrft.rollout.records import write_jsonl
+    from agentrft.rollout.records import new_output_dir, write_jsonl
 
     job = load_job(args.job)
     items = _items(job, args.data, args.rows, "validation")
-    out = _out_dir(args.out, "sample", job.agentrft.output_dir)
+    out = new_output_dir(args.out, "sample", job.agentrft.output_dir)
     console.print(f"[bold]agentrft sample[/] {args.job}: best of {args.best_of} per row, {len(items)} rows")
     groups = run_graded(job, items, args.best_of, args.model, args.temperature, label="samples")
     best, firsts, bests = [], [], []

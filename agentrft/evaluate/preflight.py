@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from agentrft.evaluate.estimators import best_of_k_curve, pass_at_k
-from agentrft.evaluate.eval import eval_results, reward_of
+from agentrft.evaluate.eval import eval_results
+from agentrft.graders import reward_of
 from agentrft.types import Group
 
 EPS = 1e-9

@@ -7,13 +7,11 @@ need (the judge model, its API key variable) and returns a ready `Grader`. Both 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from agentrft.config import load_mapping_file
 from agentrft.errors import ConfigError
 from agentrft.graders import (
     endpoint,
@@ -89,14 +87,7 @@ def tool_call_limit(grader: Any) -> int | None:
 def load_grader_spec(path: str | Path) -> dict[str, Any]:
     """Grader JSON from a file holding the grader itself, an OpenAI validate/run payload
     (`{"grader": ...}`), or a whole job (JSON or YAML, `method.reinforcement.grader`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: grader file not found")
-    text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    data = load_mapping_file(path, "grader")
     if isinstance(data, dict) and "grader" in data and "type" not in data:
         data = data["grader"]
     elif isinstance(data, dict) and "method" in data:

@@ -1,6 +1,6 @@
 """Grader JSON -> typed spec, with errors that name the field path and the fix.
 
-Every grader family declares a pydantic model here-style (`Strict`: unknown keys are
+Every grader family declares its spec as a `Strict` pydantic model (unknown keys are
 errors, so a typo fails at validation rather than silently changing the reward).
 """
 
@@ -11,26 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
+from agentrft.config import Strict, fix_for
 from agentrft.errors import ConfigError
 
+__all__ = ["BuildContext", "Strict", "parse_spec"]
+
 M = TypeVar("M", bound=BaseModel)
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _fix(err: dict[str, Any]) -> str:
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        return "remove it or check its spelling"
-    if kind == "missing":
-        return "add this field"
-    if kind.startswith("literal_error") or kind == "enum":
-        return "use one of the values listed"
-    return "correct the value"
 
 
 def parse_spec(model: type[M], data: Any, path: str) -> M:
@@ -45,7 +33,7 @@ def parse_spec(model: type[M], data: Any, path: str) -> M:
             loc = ".".join(str(p) for p in err["loc"])
             where = f"{path}.{loc}" if loc else path
             msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"  - `{where}`: {msg} -> {_fix(dict(err))}")
+            lines.append(f"  - `{where}`: {msg} -> {fix_for(err)}")
         raise ConfigError("\n".join(lines)) from None
 
 

@@ -17,6 +17,8 @@ Differences a job may notice:
   output.
 - `context_length_exceeded` from the endpoint ends the rollout as CONTEXT_OVERFLOW. Other
   4xx replies and an endpoint that stays down raise: the run is misconfigured.
+
+The settings come from the job (`agentrft.runtime.chat_settings_from_job`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from typing import Any
 import httpx
 
 from agentrft.errors import ConfigError
-from agentrft.job import Job
 from agentrft.policy.openai_client import ChatChoice, ChatRequestRejected, OpenAIChat
 from agentrft.policy.tool_format import OPEN, parse_call, parse_reply
 from agentrft.rollout.context import prompt_messages
@@ -75,28 +76,6 @@ class ChatRolloutSettings:
     @property
     def schemas(self) -> dict[str, Any]:
         return {name: tool.spec.parameters for name, tool in self.tools.items()}
-
-
-def _one_prefill(prefills: tuple[str, ...]) -> str | None:
-    if len(prefills) > 1:
-        raise ConfigError("per-reply prefills cannot be sent to a chat endpoint; evaluate with the local model, or use a single \"<tool_call>\" prefill")
-    return prefills[0] if prefills else None
-
-
-def chat_settings_from_job(job: Job, base_url: str | None = None) -> ChatRolloutSettings:
-    """The job's rollout settings for an endpoint (`base_url`: the job's environment server)."""
-    from agentrft.rollout.group import tools_from_job
-
-    ext, s = job.agentrft, job.agentrft.sampling
-    return ChatRolloutSettings(
-        tools=tools_from_job(job, base_url), system_prompt=ext.system_prompt, few_shot_messages=tuple(ext.few_shot_messages),
-        max_tokens_per_turn=s.max_tokens_per_turn, max_tokens_per_episode=s.max_tokens_per_episode,
-        max_episode_steps=job.rl.max_episode_steps, max_tool_calls=ext.max_tool_calls,
-        prefill=_one_prefill(ext.prefills), prefill_all_turns=ext.prefill_turns == "all",
-        # no seed: one seed for every rollout of a row would make an endpoint repeat itself
-        # min_tokens: vLLM's extra parameter (sent only when set)
-        sampling={"temperature": s.temperature, "top_p": s.top_p, "stop": list(s.stop) or None, "min_tokens": s.min_tokens_per_turn or None},
-    )
 
 
 def openai_history(messages: Sequence[Mapping[str, Any]], schemas: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -194,7 +173,3 @@ async def run_chat_groups_async(
         trajs = await asyncio.gather(*(one(item) for item in items for _ in range(group_size)))
     return [Group(item, tuple(trajs[i * group_size:(i + 1) * group_size])) for i, item in enumerate(items)]
 
-
-def run_chat_groups(items: Sequence[Item], group_size: int, settings: ChatRolloutSettings, chat: OpenAIChat, concurrency: int = 8,
-                    on_done: Callable[[Trajectory], Any] | None = None) -> list[Group]:
-    return asyncio.run(run_chat_groups_async(items, group_size, settings, chat, concurrency, on_done))

@@ -1,54 +1,19 @@
-"""Run G rollouts per row, all concurrently, sharing one batched sampler and one HTTP pool."""
+"""Rows -> **rollouts**: G rollouts per row, all concurrently, sharing one batched sampler and
+one HTTP pool. Their settings come from the job (`agentrft.runtime`)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentrft.job import Job
+from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy import Policy, SamplingParams
 from agentrft.rollout.batching import BatchedSampler
-from agentrft.rollout.context import ChatRenderer
 from agentrft.rollout.episode import RolloutSettings, run_episode
-from agentrft.tools import Tool, build_tools
 from agentrft.tools.http import new_client
 from agentrft.types import Group, Item, Trajectory
-
-
-def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
-    """The job's tools, with its retry settings; bare-path URLs resolve against `base_url`."""
-    ext = job.agentrft
-    return build_tools(
-        job.rl.tools, timeout_s=ext.tool_timeout_s, retries=ext.tool_retries, backoff_s=ext.tool_backoff_s,
-        base_url=base_url, base_dir=str(job.resolve_path(".")),
-    )
-
-
-def settings_from_job(job: Job, policy: Policy, base_url: str | None = None) -> RolloutSettings:
-    ext = job.agentrft
-    tools = tools_from_job(job, base_url)
-    renderer = ChatRenderer(policy.tokenizer, job.rl.tools, ext.system_prompt, ext.few_shot_messages)
-    return RolloutSettings(
-        renderer=renderer,
-        tools=tools,
-        max_tokens_per_turn=ext.sampling.max_tokens_per_turn,
-        max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
-        context_window=min(ext.sampling.context_window or policy.context_window, policy.context_window),
-        max_episode_steps=job.rl.max_episode_steps,
-        max_tool_calls=ext.max_tool_calls,
-        prefills=ext.prefills,
-        prefill_all_turns=ext.prefill_turns == "all",
-    )
-
-
-def sampling_params(job: Job, seed: int | None = None, temperature: float | None = None) -> SamplingParams:
-    s = job.agentrft.sampling
-    return SamplingParams(
-        temperature=s.temperature if temperature is None else temperature,
-        top_p=s.top_p, max_tokens=s.max_tokens_per_turn, seed=job.seed if seed is None else seed, stop=tuple(s.stop),
-        min_tokens=s.min_tokens_per_turn,
-    )
 
 
 async def run_groups_async(
@@ -76,6 +41,24 @@ async def run_groups_async(
         finally:
             await sampler.aclose()
     return [Group(item, tuple(trajs[i * group_size:(i + 1) * group_size])) for i, item in enumerate(items)]
+
+
+def rollout_groups(
+    items: Sequence[Item],
+    group_size: int,
+    settings: RolloutSettings,
+    sampler: BatchedSampler,
+    on_done: Callable[[Trajectory], Any] | None = None,
+) -> tuple[list[Group], dict[str, float]]:
+    """The rollouts stage of training and evaluation: `group_size` rollouts per row, and the
+    phase's wall time and peak memory. Freed heap memory goes back to the OS afterwards (the
+    sampling peak would otherwise stay resident through grading and the update)."""
+    reset_peak_rss()
+    t0 = time.perf_counter()
+    groups = asyncio.run(run_groups_async(items, group_size, settings, sampler, on_done))
+    stats = {"time/sampling_s": time.perf_counter() - t0, "memory/sampling_peak_mb": peak_rss_mb()}
+    release_free_memory()
+    return groups, stats
 
 
 def run_groups(items: Sequence[Item], group_size: int, settings: RolloutSettings, policy: Policy, params: SamplingParams, on_done: Callable[[Trajectory], Any] | None = None, max_batch: int = 32) -> list[Group]:

@@ -1,9 +1,11 @@
-"""Rollouts as readable JSON records (`rollouts.jsonl`) and as summary statistics."""
+"""Rollouts as readable JSON records (`rollouts.jsonl`) and as summary statistics, and the
+output folder each command writes them to."""
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -66,6 +68,13 @@ def finite(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [finite(v) for v in obj]
     return obj
+
+
+def new_output_dir(out: str | Path | None, kind: str, base: str | Path = "runs") -> Path:
+    """The folder a command writes to, created: `out` when given, else `base/KIND-TIMESTAMP`."""
+    path = Path(out) if out else Path(base) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]], append: bool = False) -> int:

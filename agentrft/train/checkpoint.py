@@ -41,18 +41,9 @@ def make_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.Op
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99))
 
 
-def trainable_state(model: Any) -> dict[str, torch.Tensor]:
-    """The weights training changes (the adapter, or all weights), as CPU tensors."""
-    if hasattr(model, "peft_config"):
-        from peft import get_peft_model_state_dict
-
-        return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(model).items()}
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-
-
 @dataclass
 class TrainState:
-    step: int = 0  # optimiser steps completed
+    step: int = 0  # training steps completed (each: rollouts, grades, one update)
     seed: int = 0
 
     def save(self, path: Path) -> None:

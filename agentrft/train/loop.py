@@ -1,19 +1,20 @@
 """The training loop, top to bottom:
 
-    rows -> rollouts (policy <-> tools) -> grades -> group advantages -> update -> checkpoint -> eval
+    rows -> rollouts (policy <-> tools) -> grades -> group advantages -> update -> eval -> checkpoint
 
-Everything else is a helper this file calls. One step takes `batch_size` rows, runs a group
-of rollouts per row, grades every rollout with the user's grader, turns rewards into
-group-relative advantages (groups with no reward spread are skipped) and takes one
-optimiser step on the sampled tokens. Checkpoints make the run resumable to the exact step.
+Each stage is one call into the package of that name: rollouts from `rollout/`, grades
+and rewards from `graders/`, advantages and the update from `train/`, evaluation from
+`evaluate/`; `agentrft.runtime` turns the job into their settings. One step takes
+`batch_size` rows, runs a group of rollouts per row, grades every rollout with the user's
+grader, turns rewards into group-relative advantages (groups with no reward spread are
+skipped) and updates the weights on the sampled tokens (one optimiser step per PPO epoch).
+The step's metrics, its evaluation included, are written before its checkpoint, so a run
+resumes to the exact step and its metrics have no gap.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import json
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -25,19 +26,18 @@ import torch
 from agentrft.console import console, progress_bar, show_precision
 from agentrft.data import load_dataset
 from agentrft.errors import AgentRFTError
-from agentrft.evaluate.eval import (
-    eval_results,
-    graded_records,
-    reward_of,
-    reward_stats,
-    rollout_and_grade,
-)
+from agentrft.evaluate.eval import eval_results, graded_records, reward_stats
+from agentrft.graders import build_grader, grade_rollouts
 from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy.hf import HFPolicy
 from agentrft.rollout.batching import BatchedSampler
-from agentrft.rollout.group import sampling_params, settings_from_job
-from agentrft.train.advantages import group_advantages, has_signal
+from agentrft.rollout.episode import RolloutSettings
+from agentrft.rollout.group import rollout_groups
+from agentrft.rollout.records import new_output_dir, summarize
+from agentrft.runtime import normalize_std, sampling_params, settings_from_job, update_config
+from agentrft.tools.launch import job_environment
+from agentrft.train.advantages import rollouts_with_advantage
 from agentrft.train.checkpoint import (
     TrainState,
     export_final,
@@ -47,9 +47,8 @@ from agentrft.train.checkpoint import (
     make_trainable,
     save_checkpoint,
 )
-from agentrft.train.loss import LossConfig
 from agentrft.train.observe import RunLog
-from agentrft.train.update import Scored, UpdateConfig, update_policy
+from agentrft.train.update import update_policy
 from agentrft.types import Group, Item
 
 
@@ -63,22 +62,6 @@ def batch_rows(items: list[Item], hp: Resolved, step: int, seed: int) -> list[It
     order = list(range(len(items)))
     random.Random(seed * 7919 + epoch).shuffle(order)
     return [items[i] for i in order[k * hp.batch_size : (k + 1) * hp.batch_size]]
-
-
-def advantages(groups: list[Group], normalize_std: bool) -> tuple[list[Scored], dict[str, float]]:
-    """Rollouts with a non-zero advantage, ready for the update; discarded and failed-grade
-    rollouts (NaN reward) never enter the group statistics."""
-    scored: list[Scored] = []
-    zero_signal = 0
-    for k, g in enumerate(groups):
-        rewards = torch.tensor([reward_of(gr) for gr in g.grades], dtype=torch.float64)
-        if not has_signal(rewards):
-            zero_signal += 1
-            continue
-        for traj, adv in zip(g.trajectories, group_advantages(rewards, normalize_std).tolist(), strict=True):
-            if not math.isnan(adv) and adv != 0.0:
-                scored.append(Scored.from_trajectory(traj, adv, group=k))
-    return scored, {"groups/zero_signal": float(zero_signal), "groups/with_signal": float(len(groups) - zero_signal)}
 
 
 def check_failures(groups: list[Group], step: int, limit: float) -> dict[str, float]:
@@ -107,8 +90,6 @@ class Setup:
 
 def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     """Validate everything first (datasets, grader), then load the model and any checkpoint."""
-    from agentrft.graders import build_grader
-
     train_items = load_dataset(job.training_path)
     val_items = load_dataset(job.validation_path) if job.validation_path else None
     grader = build_grader(job.rl.grader, judge=job.agentrft.judge)
@@ -129,24 +110,21 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     return Setup(job, hp, policy, model, optimizer, grader, train_items, val_items, state)
 
 
-def evaluate(s: Setup, settings: Any, env_url: str | None, log: RunLog, step: int) -> dict[str, Any]:
+def evaluate(s: Setup, settings: RolloutSettings, env_url: str | None, log: RunLog, step: int) -> dict[str, Any]:
+    """The held-out evaluation at `step`: rollouts and grades as in training, at the eval
+    temperature, summarised by `evaluate/`."""
     assert s.val_items is not None
     ext = s.job.agentrft
-    temp = ext.train.eval_temperature
-    params = sampling_params(s.job, seed=s.job.seed + 1_000_000 + step, temperature=temp)
+    params = sampling_params(s.job, seed=s.job.seed + 1_000_000 + step, temperature=ext.train.eval_temperature)
     sampler = BatchedSampler(s.policy, params, max_batch=ext.sampling.max_batch)
     with progress_bar(f"eval at step {step}", len(s.val_items) * s.hp.eval_samples) as advance:
-        groups, _ = asyncio.run(rollout_and_grade(s.val_items, s.hp.eval_samples, settings, sampler, s.grader, env_url, advance))
-    res = eval_results(groups)
+        groups, _ = rollout_groups(s.val_items, s.hp.eval_samples, settings, sampler, advance)
+    groups, _ = grade_rollouts(groups, s.grader, env_url)
     log.rollouts(f"eval-step-{step}", graded_records(groups, step=step))
-    return res
+    return eval_results(groups)
 
 
 def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
-    from agentrft.cli import job_environment
-    from agentrft.graders import tool_call_limit
-    from agentrft.rollout.records import summarize
-
     run_dir.mkdir(parents=True, exist_ok=True)
     s = prepare(job, run_dir, resume)
     hp, ext = s.hp, job.agentrft
@@ -157,35 +135,27 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
     hyper = {**{k: v for k, v in vars(hp).items() if k != "notes"}, "dtype": s.policy.dtype, "notes": {**hp.notes, "dtype": s.policy.precision.reason}}
     (run_dir / "hyperparameters.json").write_text(json.dumps(hyper, indent=2))
     log = RunLog(run_dir, resume_from_step=s.state.step if resume else None)
-    clip_high = ext.train.clip_high if ext.train.clip_high is not None else (0.28 if ext.train.loss == "dapo" else ext.train.clip_low)
-    ucfg = UpdateConfig(
-        loss=LossConfig(ext.train.loss, ext.train.clip_low, clip_high, ext.train.kl_coef),
-        temperature=ext.sampling.temperature if ext.sampling.temperature > 0 else 1.0,
-        ppo_epochs=ext.train.ppo_epochs, micro_batch_tokens=ext.train.micro_batch_tokens,
-        max_grad_norm=ext.train.max_grad_norm, max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
-        bf16=s.policy.dtype == "bf16",
-    )
+    ucfg = update_config(job, bf16=s.policy.dtype == "bf16")
     with job_environment(job) as env_url:
-        settings = settings_from_job(job, s.policy, env_url)
-        budget = tool_call_limit(s.grader)
-        if budget is not None and (settings.max_tool_calls is None or budget < settings.max_tool_calls):
-            settings = dataclasses.replace(settings, max_tool_calls=budget)  # stop at call N+1: its grade is -1
+        settings = settings_from_job(job, s.policy, env_url, s.grader)  # the grader's tool budget caps calls
         if s.val_items and s.state.step == 0:
             res = evaluate(s, settings, env_url, log, 0)
             log.log(0, {"eval": res})
             console.print(f"step 0 eval: reward {res['reward']['mean']:.3f}  tool calls p50 {res['tool_calls']['p50']:.0f} p95 {res['tool_calls']['p95']:.1f}")
         for step in range(s.state.step, hp.total_steps):
             t0 = time.perf_counter()
+            # 1. rows
             rows = batch_rows(s.train_items, hp, step, job.seed)
-            # 1. rollouts and 2. grades
-            params = sampling_params(job, seed=job.seed * 100_003 + step)
-            sampler = BatchedSampler(s.policy, params, max_batch=ext.sampling.max_batch)
+            # 2. rollouts
+            sampler = BatchedSampler(s.policy, sampling_params(job, seed=job.seed * 100_003 + step), max_batch=ext.sampling.max_batch)
             with progress_bar(f"step {step + 1}/{hp.total_steps} rollouts", len(rows) * hp.group_size) as advance:
-                groups, times = asyncio.run(rollout_and_grade(rows, hp.group_size, settings, sampler, s.grader, env_url, advance))
+                groups, sampling = rollout_groups(rows, hp.group_size, settings, sampler, advance)
+            # 3. grades
+            groups, grading = grade_rollouts(groups, s.grader, env_url)
             failures = check_failures(groups, step + 1, ext.train.max_failed_fraction)
-            # 3. advantages (group-relative; no spread, no signal)
-            scored, adv_stats = advantages(groups, normalize_std=ext.train.loss != "dr_grpo")
-            # 4. update
+            # 4. advantages (group-relative; no spread, no signal)
+            scored, adv_stats = rollouts_with_advantage(groups, normalize_std(job))
+            # 5. update
             reset_peak_rss()
             upd = update_policy(s.model, s.optimizer, scored, ucfg)
             s.policy.sync_sampler()
@@ -194,17 +164,17 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             s.state.step = step + 1
             trajs = [t for g in groups for t in g.trajectories]
             metrics: dict[str, Any] = {
-                **reward_stats(groups), **failures, **adv_stats, **upd, **times,
+                **reward_stats(groups), **failures, **adv_stats, **upd, **sampling, **grading,
                 "rollouts": summarize(trajs), "time/step_s": time.perf_counter() - t0,
                 "sampler/batches": sampler.stats.batches, "sampler/mean_batch": sampler.stats.rows / max(1, sampler.stats.batches),
                 "epoch": step // hp.steps_per_epoch,
             }
             log.rollouts(f"step-{s.state.step}", graded_records(groups, step=s.state.step))
-            # 5. eval
+            # 6. eval
             if s.val_items and hp.eval_interval and (s.state.step % hp.eval_interval == 0 or s.state.step == hp.total_steps):
                 metrics["eval"] = evaluate(s, settings, env_url, log, s.state.step)
             log.log(s.state.step, metrics)
-            # 6. checkpoint, after the step's metrics are on disk: a kill between the two loses
+            # 7. checkpoint, after the step's metrics are on disk: a kill between the two loses
             # nothing (resume drops lines past its checkpoint and redoes those steps)
             if s.state.step % ext.train.checkpoint_interval == 0 or s.state.step == hp.total_steps:
                 save_checkpoint(run_dir, s.model, s.optimizer, s.state)
@@ -237,8 +207,7 @@ def start(job_path: str, run_dir: str | None = None, resume: str | None = None) 
         job = job_from_dict(json.loads((rd / "job.json").read_text()), source=meta["job_source"], base_dir=Path(meta["base_dir"]))
         return train(job, rd, resume=True)
     job = load_job(job_path)
-    rd = Path(run_dir) if run_dir else Path(job.agentrft.output_dir) / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
-    rd.mkdir(parents=True, exist_ok=True)
+    rd = new_output_dir(run_dir, "train", job.agentrft.output_dir)
     (rd / "job.json").write_text(json.dumps(job.model_dump(mode="json"), indent=2))
     (rd / "run.json").write_text(json.dumps({"job_source": str(Path(job_path).resolve()), "base_dir": str(job.resolve_path(".").resolve()), "model": job.model}))
     return train(job, rd)

@@ -1,4 +1,5 @@
-"""The weight update: score the sampled tokens of graded rollouts and take an optimiser step.
+"""Advantages -> **the weight update**: score the sampled tokens of graded rollouts and take
+one optimiser step per PPO epoch (`ppo_epochs`, 1 by default).
 
 Only SAMPLED tokens enter the loss: prompt, template, tool output and prefill tokens are
 context. Logits are computed only at the positions that predict a sampled token (the

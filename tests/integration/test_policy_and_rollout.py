@@ -98,10 +98,11 @@ def test_stop_strings_end_a_reply(policy):
 def test_real_rollout_against_the_quickstart_server(policy, tmp_path):
     """The default model, the quickstart job and its HTTP environment in a subprocess:
     the prompts the model saw are prefixes of the record, and a tool call was executed."""
-    from agentrft.cli import job_environment
     from agentrft.data import load_dataset
     from agentrft.job import load_job
-    from agentrft.rollout.group import run_groups, sampling_params, settings_from_job
+    from agentrft.rollout.group import run_groups
+    from agentrft.runtime import sampling_params, settings_from_job
+    from agentrft.tools.launch import job_environment
 
     job = load_job(ROOT / "examples/quickstart/job.yaml")
     items = load_dataset(job.validation_path)[:2]

@@ -148,8 +148,7 @@ def test_auto_hyperparameters_map_to_concrete_values_with_notes():
 
 
 def test_min_tokens_per_turn_reaches_the_local_sampler_and_the_endpoint():
-    from agentrft.rollout.chat_episode import chat_settings_from_job
-    from agentrft.rollout.group import sampling_params
+    from agentrft.runtime import chat_settings_from_job, sampling_params
 
     j = job_from_dict(job(agentrft={"sampling": {"max_tokens_per_turn": 64, "min_tokens_per_turn": 5}}))
     assert sampling_params(j).min_tokens == 5

@@ -1,0 +1,125 @@
+"""The one place a `Job` becomes runtime settings: the tools and rollout settings (local model
+or chat endpoint), the sampling parameters, the update and the loss.
+
+Training, evaluation and the CLI all build their settings here, so one job means the same
+run everywhere. That includes the tool-call cap: a rollout stops once it asks for more calls
+than `agentrft.max_tool_calls` or a `tool_budget` grader allows (`tool_call_cap`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentrft.errors import ConfigError
+from agentrft.graders import tool_call_limit
+from agentrft.job import Job
+from agentrft.policy import Policy, SamplingParams
+from agentrft.rollout.chat_episode import ChatRolloutSettings
+from agentrft.rollout.context import ChatRenderer
+from agentrft.rollout.episode import RolloutSettings
+from agentrft.tools import Tool, build_tools
+
+if TYPE_CHECKING:  # torch loads only where a run trains
+    from agentrft.train.loss import LossConfig
+    from agentrft.train.update import UpdateConfig
+
+DAPO_CLIP_HIGH = 0.28  # DAPO's "clip-higher" (Yu et al., 2025): room for rare tokens to grow
+
+
+def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
+    """The job's tools, with its retry settings; bare-path URLs resolve against `base_url`
+    (the job's environment server)."""
+    ext = job.agentrft
+    return build_tools(
+        job.rl.tools, timeout_s=ext.tool_timeout_s, retries=ext.tool_retries, backoff_s=ext.tool_backoff_s,
+        base_url=base_url, base_dir=str(job.resolve_path(".")),
+    )
+
+
+def tool_call_cap(job: Job, grader: Any = None) -> int | None:
+    """The most tool calls a rollout may ask for: `agentrft.max_tool_calls`, lowered to the
+    smallest `tool_budget` in the grader. A rollout that asks for call N+1 past a budget of
+    N stops there: its grade is -1 whatever it does next."""
+    caps = [c for c in (job.agentrft.max_tool_calls, None if grader is None else tool_call_limit(grader)) if c is not None]
+    return min(caps) if caps else None
+
+
+def settings_from_job(job: Job, policy: Policy, base_url: str | None = None, grader: Any = None) -> RolloutSettings:
+    """Rollout settings for a local policy. Give the `grader` so its tool budget caps calls."""
+    ext = job.agentrft
+    return RolloutSettings(
+        renderer=ChatRenderer(policy.tokenizer, job.rl.tools, ext.system_prompt, ext.few_shot_messages),
+        tools=tools_from_job(job, base_url),
+        max_tokens_per_turn=ext.sampling.max_tokens_per_turn,
+        max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
+        context_window=min(ext.sampling.context_window or policy.context_window, policy.context_window),
+        max_episode_steps=job.rl.max_episode_steps,
+        max_tool_calls=tool_call_cap(job, grader),
+        prefills=ext.prefills,
+        prefill_all_turns=ext.prefill_turns == "all",
+    )
+
+
+def _one_prefill(prefills: tuple[str, ...]) -> str | None:
+    if len(prefills) > 1:
+        raise ConfigError("per-reply prefills cannot be sent to a chat endpoint; evaluate with the local model, or use a single \"<tool_call>\" prefill")
+    return prefills[0] if prefills else None
+
+
+def chat_settings_from_job(job: Job, base_url: str | None = None, grader: Any = None, temperature: float | None = None) -> ChatRolloutSettings:
+    """Rollout settings for an OpenAI-compatible chat endpoint (`base_url`: the job's
+    environment server). Give the `grader` so its tool budget caps calls."""
+    ext, s = job.agentrft, job.agentrft.sampling
+    return ChatRolloutSettings(
+        tools=tools_from_job(job, base_url), system_prompt=ext.system_prompt, few_shot_messages=tuple(ext.few_shot_messages),
+        max_tokens_per_turn=s.max_tokens_per_turn, max_tokens_per_episode=s.max_tokens_per_episode,
+        max_episode_steps=job.rl.max_episode_steps, max_tool_calls=tool_call_cap(job, grader),
+        prefill=_one_prefill(ext.prefills), prefill_all_turns=ext.prefill_turns == "all",
+        # no seed: one seed for every rollout of a row would make an endpoint repeat itself
+        # min_tokens: vLLM's extra parameter (sent only when set)
+        sampling={"temperature": s.temperature if temperature is None else temperature, "top_p": s.top_p,
+                  "stop": list(s.stop) or None, "min_tokens": s.min_tokens_per_turn or None},
+    )
+
+
+def sampling_params(job: Job, seed: int | None = None, temperature: float | None = None) -> SamplingParams:
+    """The job's sampling parameters (`seed` default: the job's seed)."""
+    s = job.agentrft.sampling
+    return SamplingParams(
+        temperature=s.temperature if temperature is None else temperature,
+        top_p=s.top_p, max_tokens=s.max_tokens_per_turn, seed=job.seed if seed is None else seed, stop=tuple(s.stop),
+        min_tokens=s.min_tokens_per_turn,
+    )
+
+
+def loss_config(job: Job) -> LossConfig:
+    """The loss variant and its clip range. `clip_high` unset: DAPO's 0.28 for `dapo`, else
+    symmetric (= clip_low)."""
+    from agentrft.train.loss import LossConfig
+
+    t = job.agentrft.train
+    clip_high = t.clip_high if t.clip_high is not None else (DAPO_CLIP_HIGH if t.loss == "dapo" else t.clip_low)
+    return LossConfig(t.loss, t.clip_low, clip_high, t.kl_coef)
+
+
+def normalize_std(job: Job) -> bool:
+    """Whether advantages are divided by the group's reward std: not in Dr. GRPO, which drops
+    that term (it over-weights groups whose rewards barely differ)."""
+    return job.agentrft.train.loss != "dr_grpo"
+
+
+def update_config(job: Job, bf16: bool) -> UpdateConfig:
+    """The weight update's settings. `bf16`: autocast the update, as the loaded policy does
+    (the job's `dtype`, resolved for this hardware)."""
+    from agentrft.train.update import UpdateConfig
+
+    ext = job.agentrft
+    return UpdateConfig(
+        loss=loss_config(job),
+        # log-probs are scored at the temperature they were sampled at (greedy: 1.0)
+        temperature=ext.sampling.temperature if ext.sampling.temperature > 0 else 1.0,
+        ppo_epochs=ext.train.ppo_epochs, micro_batch_tokens=ext.train.micro_batch_tokens,
+        max_grad_norm=ext.train.max_grad_norm, max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
+        bf16=bf16,
+    )
+
