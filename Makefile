@@ -31,7 +31,7 @@ $(BENCH_STAMP): $(STAMP) constraints.txt
 bench: $(BENCH_STAMP)
 	$(PY) bench/train_vs_trl.py $(BENCH_ARGS)
 
-# Python graders and model-triggered commands run inside bubblewrap (see DESIGN.md).
+# Python graders and model-triggered commands run inside bubblewrap (agentrft/sandbox.py).
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap (sandbox for python graders)"; \
@@ -58,8 +58,10 @@ test: $(STAMP) sandbox chromium
 test-all: $(STAMP) sandbox chromium
 	$(PY) -m pytest -q -m ''
 
+# What CI runs before the tests (.ci/run): lint, formatting, types.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check agentrft tests bench
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy agentrft
 
 clean:

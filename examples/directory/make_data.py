@@ -18,7 +18,7 @@ QUESTIONS = {
 
 def main() -> None:
     rng = random.Random(20261129)
-    names = rng.sample([f"{f} {l}" for f in FIRST for l in LAST], 64)
+    names = rng.sample([f"{first} {last}" for first in FIRST for last in LAST], 64)
     people = []
     for name in names:
         people.append({"name": name, "extension": str(rng.randint(1000, 9999)), "office": f"{rng.choice('ABCDEFG')}-{rng.randint(100, 499)}", "team": rng.choice(TEAMS), "manager": rng.choice([n for n in names if n != name])})

@@ -4,7 +4,7 @@ Run by agentrft for the job (see job.yaml, `agentrft.environment`), or by hand:
     uvicorn env:app --port 8700
 """
 
-from agentrft.tools.envkit import ToolServer, ToolInputError
+from agentrft.tools.envkit import ToolInputError, ToolServer
 
 COUNTRIES = {
     "france": {"capital": "Paris", "currency": "euro", "continent": "Europe"},

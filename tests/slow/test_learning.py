@@ -48,12 +48,13 @@ def test_mean_reward_rises_on_the_directory_task(seed):
     assert last > first + 0.15
 
 
-def test_tool_budget_cuts_the_tail_of_tool_calls_while_reward_holds():
-    """The seed's claim, measured. What it showed here (seed 1): p95 of tool calls fell from
-    3 to 0 and the (penalised) reward rose from -0.08 to 0.00, so the assertions pass; but
-    the model got there by no longer calling the tool and guessing wrongly, so the task's
-    own score fell to about 0. The reward "holds" only because it started negative: a hard
-    -1 cliff at 2 calls teaches a weak model to avoid the tool, not to use it better."""
+def test_tool_budget_cuts_the_tail_of_tool_calls_without_lowering_the_penalised_reward():
+    """What a hard tool budget does, measured: the tail of tool calls falls and the reward
+    *with its penalty* does not fall. Seed 1: p95 of tool calls fell from 3 to 0 and the
+    penalised reward rose from -0.08 to 0.00. It does not show the seed's claim (fewer calls
+    at the same task quality): the model got there by no longer calling the tool and guessing
+    wrongly, so the task's own score fell to about 0. A -1 cliff at 2 calls teaches a weak
+    model to avoid the tool, not to use it better."""
     metrics = run("job_budget.yaml", 1, steps=16, name="budget")
     p95_first, p95_last = window(metrics, "rollouts/tool_calls/p95", slice(0, 4)), window(metrics, "rollouts/tool_calls/p95", slice(-4, None))
     r_first, r_last = window(metrics, "reward/mean", slice(0, 4)), window(metrics, "reward/mean", slice(-4, None))
