@@ -8,6 +8,8 @@ Response: {"type": "function_call_output", "call_id", "id", "output": "<string>"
 - 4xx: the body is shown to the model as the tool output.
 - 5xx, timeouts, connection errors, malformed replies: retried `retries` times with
   exponential backoff, then `ToolUnavailable` (the rollout is discarded, never scored 0).
+- The timeout is one deadline for the whole attempt (connect, send, every byte of the
+  reply), not a limit per read: a server that trickles bytes is cut at the deadline.
 - A payload over 1 MiB either way is refused without being sent or read further.
 """
 
@@ -90,8 +92,9 @@ async def post_with_retries(
         if attempt:
             await asyncio.sleep(backoff_s * 2 ** (attempt - 1))
         try:
-            status, data = await _post_once(client, url, body, headers, timeout)
-        except httpx.TimeoutException:
+            async with asyncio.timeout(timeout):  # one deadline per attempt, however the bytes arrive
+                status, data = await _post_once(client, url, body, headers, timeout)
+        except (httpx.TimeoutException, TimeoutError):
             reason = f"timed out after {timeout:g}s"
             continue
         except httpx.TransportError as exc:
