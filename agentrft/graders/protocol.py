@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from agentrft.errors import AgentRFTError
+from agentrft.graders.template import MissingItemField
 from agentrft.types import Grade
 
 # Error flags: OpenAI's grader-run names where one exists, plus agentrft's own.
@@ -55,8 +56,9 @@ SpecT = TypeVar("SpecT")
 
 
 class LocalGrader(Generic[SpecT]):
-    """A grader computed in this process by `_grade(sample, item)`, which may raise: an
-    unexpected exception becomes `other_error` (grade_safely). `agrade` runs it inline."""
+    """A grader computed in this process by `_grade(sample, item)`, which may raise: a
+    missing item field becomes `invalid_variable_error` and an unexpected exception
+    `other_error` (grade_safely). `agrade` runs it inline."""
 
     type: str
 
@@ -91,13 +93,16 @@ def checked_score(value: Any) -> float:
 
 
 def grade_safely(fn: Callable[[], Grade]) -> Grade:
-    """Run a synchronous scoring function; an unexpected exception becomes `other_error`.
-    agentrft's own setup errors (sandbox missing, model missing) still raise."""
+    """Run a synchronous scoring function. A template naming an item field the row lacks
+    becomes `invalid_variable_error`, an unexpected exception `other_error`. agentrft's own
+    setup errors (sandbox missing, model missing) still raise."""
     t0 = time.perf_counter()
     try:
         grade = fn()
     except AgentRFTError:
         raise
+    except MissingItemField as exc:
+        return failed("invalid_variable_error", str(exc))
     except Exception as exc:  # a bug or bad input inside a metric: data, never a crash
         return failed("other_error", f"{type(exc).__name__}: {exc}")
     return _timed(grade, t0)

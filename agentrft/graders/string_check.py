@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import field_validator
 
-from agentrft.graders.protocol import LocalGrader, failed
+from agentrft.graders.protocol import LocalGrader
 from agentrft.graders.spec import BuildContext, Strict
-from agentrft.graders.template import MissingItemField, check_template, render
+from agentrft.graders.template import check_template, render
 from agentrft.types import Grade
 
 
@@ -50,10 +50,7 @@ class StringCheckGrader(LocalGrader[StringCheckSpec]):
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
         ns = {"sample": sample, "item": item}
-        try:
-            text, ref = render(self.spec.input, ns), render(self.spec.reference, ns)
-        except MissingItemField as exc:
-            return failed("invalid_variable_error", str(exc))
+        text, ref = render(self.spec.input, ns), render(self.spec.reference, ns)  # MissingItemField: grade_safely
         return Grade(1.0 if compare(self.spec.operation, text, ref) else 0.0)
 
 

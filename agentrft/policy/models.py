@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from agentrft.errors import ModelNotFoundError
@@ -50,17 +51,33 @@ def _fingerprint(path: Path) -> str:
     return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
 
 
-def convert_gguf(gguf: Path) -> Path:
-    """Dequantize `gguf` once into a cached HF directory (safetensors, fp32) and return it."""
-    target = cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}"
-    if (target / "config.json").is_file():
+def build_once(target: Path, marker: str, build: Callable[[Path], None]) -> Path:
+    """`target`, a cached folder that `build(folder)` fills, built once and shared between
+    processes: it is built in a temporary folder next to it and renamed into place, so no
+    reader sees it half-written. `marker`, a file in it, says it is complete."""
+    if (target / marker).is_file():
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    log.info("converting %s to a cached safetensors model (once, ~15 s)", gguf.name)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
+        build(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first
+            if not (target / marker).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def convert_gguf(gguf: Path) -> Path:
+    """Dequantize `gguf` once into a cached HF directory (safetensors, fp32) and return it."""
+
+    def convert(folder: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        log.info("converting %s to a cached safetensors model (once, ~15 s)", gguf.name)
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         # The GGUF quantizer config makes HF training refuse the model; the weights are
@@ -69,16 +86,10 @@ def convert_gguf(gguf: Path) -> Path:
             del model.hf_quantizer
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        model.save_pretrained(folder)
+        tok.save_pretrained(folder)
+
+    return build_once(cache_dir() / f"{gguf.stem}-{_fingerprint(gguf)}", "config.json", convert)
 
 
 def resolve_model(name_or_path: str) -> Path:
