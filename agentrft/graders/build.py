@@ -78,8 +78,9 @@ def walk(grader: Any) -> Iterator[Any]:
 
 
 def tool_call_limit(grader: Any) -> int | None:
-    """The smallest `tool_budget.max_tool_calls` anywhere in the tree, or None. The rollout
-    engine stops a rollout once it asks for more calls than this: its grade is -1 anyway."""
+    """The smallest `tool_budget.max_tool_calls` anywhere in the tree, or None. Rollouts
+    stop once they ask for more calls than this (`agentrft.runtime.tool_call_cap`): their
+    grade is -1 anyway."""
     limits = [g.max_tool_calls for g in walk(grader) if getattr(g, "type", None) == "tool_budget"]
     return min(limits) if limits else None
 

@@ -6,7 +6,8 @@ inner grader's score.
 Every call the model attempted counts, malformed ones included (they cost a turn too), from
 `sample.tool_calls` (agentrft's whole-trajectory view; a bare OpenAI sample falls back to
 `output_tools`). Over budget, the inner grader is not run. `tool_call_limit()` in build.py
-finds N anywhere in a grader tree so the rollout engine can stop a rollout at call N+1.
+finds N anywhere in a grader tree, and `agentrft.runtime.tool_call_cap` makes it the
+rollouts' cap, so a rollout stops at call N+1.
 """
 
 from __future__ import annotations
