@@ -12,15 +12,17 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentrft.policy import Completion, SamplingParams
+from agentrft.policy.kv_cache import PrefixCache
 from agentrft.policy.models import resolve_model
 from agentrft.policy.precision import DtypeChoice, resolve_dtype
+from agentrft.policy.prefill import prefill_prompts, prefill_suffixes, row_prefix, stack
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,8 @@ class HFPolicy:
     by `sync_sampler()` after each update: no per-token autocast casts and no LoRA detour
     while decoding (what vLLM's weight sync does on GPUs).
     """
+
+    keeps_kv_cache = True  # `sample` takes a PrefixCache (rollout.batching passes one)
 
     def __init__(self, model: Any, tokenizer: Any, dtype: str = "fp32", name: str = "", sampler: Any = None, precision: DtypeChoice | None = None) -> None:
         self.model = model
@@ -119,9 +123,15 @@ class HFPolicy:
         params: SamplingParams,
         max_tokens: Sequence[int] | None = None,
         seeds: Sequence[int] | None = None,
+        cache: PrefixCache | None = None,
+        cache_keys: Sequence[Hashable | None] | None = None,
     ) -> list[Completion]:
         """Identical prompts (a group's first turn) are prefilled once and their KV cache
-        shared; rows that finish are dropped from the batch as it goes."""
+        shared; rows that finish are dropped from the batch as it goes.
+
+        With a `cache` and a key per row (a rollout's trace id), a row whose key has a kept
+        prefix of its prompt prefills only the rest, and every keyed row leaves its KV cache
+        in `cache` for its next turn (see `policy.kv_cache`)."""
         if not prompts:
             return []
         B, dev = len(prompts), self.device
@@ -133,32 +143,31 @@ class HFPolicy:
             seeds = [base + i for i in range(B)]
         gens = [torch.Generator(device=dev).manual_seed(int(s) % 2**63) for s in seeds]
         model = self.sampler_model
-        from transformers import DynamicCache
 
-        # prefill each distinct prompt once (left-padded), then give every row its copy
-        distinct: dict[tuple[int, ...], int] = {}
-        row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-        width = max(len(p) for p in distinct)
-        ids = torch.full((len(distinct), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(distinct), width), dtype=torch.long)
-        for i, p in enumerate(distinct):
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(dev), mask.to(dev)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        expand = torch.tensor(row_of, dtype=torch.long, device=dev)
-        with self.autocast():
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
-        if len(distinct) < B:
-            cache.reorder_cache(expand)  # type: ignore[arg-type]  # any long tensor does
-        logits, mask, last_pos = logits[expand].float(), mask[expand], positions[expand, -1:]
+        def forward(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, kv: Any) -> torch.Tensor:
+            with self.autocast():
+                return model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=kv, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+
+        keys: list[Hashable | None] = list(cache_keys) if cache is not None and cache_keys is not None else [None] * B
+        found = [cache.take(k, p) if cache is not None and k is not None else None for k, p in zip(keys, prompts, strict=True)]
+        fresh = [i for i in range(B) if found[i] is None]
+        extended = [i for i in range(B) if found[i] is not None]
+        parts = []
+        if fresh:
+            parts.append(prefill_prompts(forward, [prompts[i] for i in fresh], self.pad_token_id, dev))
+        if extended:
+            parts.append(prefill_suffixes(forward, [e for e in found if e is not None], [prompts[i] for i in extended], self.pad_token_id, dev))
+        batch = stack(parts)
+        if cache is not None:
+            cache.stats.prefill_tokens += batch.tokens
+            cache.stats.reused_tokens += sum(len(e.tokens) for e in found if e is not None)
+        kv, logits, mask, last_pos = batch.cache, batch.logits, batch.mask, batch.last_pos
 
         out_tokens: list[list[int]] = [[] for _ in range(B)]
         out_logps: list[list[float]] = [[] for _ in range(B)]
         stop_text = [""] * B
         finished = [False] * B
-        live = list(range(B))  # original row of each batch row
+        live = fresh + extended  # original row of each batch row
         stop_t = torch.tensor(sorted(self.stop_token_ids), device=dev)
         tail = max((len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
         step = 0  # tokens sampled so far, the same for every live row
@@ -179,17 +188,22 @@ class HFPolicy:
                     if hit is not None:
                         finished[i], stop_text[i] = True, hit
             keep = [j for j, i in enumerate(live) if not finished[i] and len(out_tokens[i]) < limits[i]]
+            if cache is not None and cache.max_bytes > 0:  # a finished row's KV is kept for its rollout's next turn
+                for j in sorted(set(range(len(live))) - set(keep)):
+                    i = live[j]
+                    entry = row_prefix(kv, mask, j, [*prompts[i], *out_tokens[i][:-1]]) if keys[i] is not None else None
+                    if entry is not None:
+                        cache.put(keys[i], entry)
             if not keep:
                 break
             if len(keep) < len(live):  # drop finished rows so they cost nothing more
                 idx = torch.tensor(keep, device=dev)
-                cache.batch_select_indices(idx)
+                kv.batch_select_indices(idx)
                 tok, mask, last_pos = tok[idx], mask[idx], last_pos[idx]
                 live = [live[j] for j in keep]
             mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
             last_pos = last_pos + 1
-            with self.autocast():
-                logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=last_pos, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :].float()
+            logits = forward(tok[:, None], mask, last_pos, kv).float()
         return [Completion(tuple(out_tokens[i]), tuple(out_logps[i]), "stop" if finished[i] else "length", stop_text[i]) for i in range(B)]
 
 

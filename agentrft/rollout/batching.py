@@ -4,6 +4,11 @@ Episodes `await sampler.sample(tokens, max_new)`. Requests queue up while the mo
 (or while other rollouts wait on tools); the worker then takes everything queued and runs
 one batched `policy.sample` in a thread, so HTTP tool calls keep running meanwhile.
 
+A request may carry a key (its rollout's trace id). With a policy that keeps KV caches (the
+HF policy), a keyed request's KV cache is kept after its turn, so the rollout's next turn
+prefills only the new tokens (`agentrft.policy.kv_cache`); `release(key)` drops it when the
+rollout ends. The kept caches are bounded by `kv_cache_mb`; 0 turns re-use off.
+
 A request may bring its own SamplingParams (the chat server does: each HTTP request has its
 own temperature, stop strings, ...). A batch holds requests with equal params, taken in
 arrival order, and never mixes seeded with unseeded requests, so a seeded request's reply
@@ -15,13 +20,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from agentrft.policy import Completion, Policy, SamplingParams
+from agentrft.policy.kv_cache import PrefixCache
 
-# tokens, max_new, seed, params (None: the sampler's own), the caller's future
-_Request = tuple[Sequence[int], int, int | None, SamplingParams | None, "asyncio.Future[Completion]"]
+# tokens, max_new, seed, params (None: the sampler's own), KV cache key, the caller's future
+_Request = tuple[Sequence[int], int, int | None, SamplingParams | None, Hashable | None, "asyncio.Future[Completion]"]
+DEFAULT_KV_CACHE_MB = 1024
 
 
 @dataclass
@@ -34,25 +41,28 @@ class SamplerStats:
 
 
 class BatchedSampler:
-    def __init__(self, policy: Policy, params: SamplingParams, max_batch: int = 32, gather_s: float = 0.002) -> None:
+    def __init__(self, policy: Policy, params: SamplingParams, max_batch: int = 32, gather_s: float = 0.002, kv_cache_mb: int = DEFAULT_KV_CACHE_MB) -> None:
         self.policy = policy
         self.params = params
         self.max_batch = max_batch
         self.gather_s = gather_s
         self.stats = SamplerStats()
+        # only policies that declare it take a cache (HFPolicy); with 0 MiB it just counts prefill tokens
+        self.kv_cache = PrefixCache(kv_cache_mb << 20) if getattr(policy, "keeps_kv_cache", False) else None
         self._queue: list[_Request] = []
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
 
-    async def sample(self, tokens: Sequence[int], max_new: int, seed: int | None = None, params: SamplingParams | None = None) -> Completion:
+    async def sample(self, tokens: Sequence[int], max_new: int, seed: int | None = None, params: SamplingParams | None = None, key: Hashable | None = None) -> Completion:
         """Queue one prompt; `seed` fixes this request's random stream (see Policy.sample);
-        `params` replaces the sampler's own for this request."""
+        `params` replaces the sampler's own for this request; `key` (a rollout's trace id)
+        keeps its KV cache for its next turn, until `release(key)`."""
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done():
             self._wake = asyncio.Event()
             self._worker = loop.create_task(self._run())
         fut: asyncio.Future[Completion] = loop.create_future()
-        self._queue.append((tokens, max_new, seed, params, fut))
+        self._queue.append((tokens, max_new, seed, params, key, fut))
         assert self._wake is not None
         self._wake.set()
         return await fut
@@ -69,8 +79,12 @@ class BatchedSampler:
                 row_seeds = seeded if len(seeded) == len(batch) else None  # unseeded: the policy seeds the batch
                 params = batch[0][3] or self.params
                 t0 = time.perf_counter()
+                prompts, limits = [b[0] for b in batch], [b[1] for b in batch]
                 try:
-                    out = await asyncio.to_thread(self.policy.sample, [b[0] for b in batch], params, [b[1] for b in batch], row_seeds)
+                    if self.kv_cache is not None:
+                        out = await asyncio.to_thread(self.policy.sample, prompts, params, limits, row_seeds, cache=self.kv_cache, cache_keys=[b[4] for b in batch])  # type: ignore[call-arg]  # keeps_kv_cache says it takes them
+                    else:
+                        out = await asyncio.to_thread(self.policy.sample, prompts, params, limits, row_seeds)
                 except asyncio.CancelledError:
                     for *_, fut in batch:
                         fut.cancel()
@@ -98,7 +112,14 @@ class BatchedSampler:
         self._queue = [q for q in self._queue if id(q) not in taken]
         return batch
 
+    def release(self, key: Hashable) -> None:
+        """The rollout `key` has ended: drop its kept KV cache."""
+        if self.kv_cache is not None:
+            self.kv_cache.release(key)
+
     async def aclose(self) -> None:
+        if self.kv_cache is not None:
+            self.kv_cache.clear()
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -21,7 +21,7 @@ import httpx
 
 from agentrft.policy.tool_format import parse_reply
 from agentrft.rollout.batching import BatchedSampler
-from agentrft.rollout.context import ChatRenderer
+from agentrft.rollout.context import ChatRenderer, Context
 from agentrft.rollout.turns import (
     EpisodeLog,
     StopRules,
@@ -66,10 +66,19 @@ class RolloutSettings:
 
 async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, trace_id: str | None = None, seed: int | None = None) -> Trajectory:
     """Run one rollout to its end. `seed` makes its samples reproducible whatever else is
-    batched with them (each reply draws from `seed + turn`)."""
-    renderer, tok = settings.renderer, settings.renderer.tokenizer
+    batched with them (each reply draws from `seed + turn`). Its KV cache is kept between
+    its turns under its trace id, and released when it ends."""
+    renderer = settings.renderer
     messages, ctx = renderer.initial(item)
     log = EpisodeLog(item, messages, trace_id=trace_id or new_trace_id())
+    try:
+        return await _turns(log, ctx, item, settings, sampler, client, seed)
+    finally:
+        sampler.release(log.trace_id)
+
+
+async def _turns(log: EpisodeLog, ctx: Context, item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, seed: int | None) -> Trajectory:
+    renderer, tok = settings.renderer, settings.renderer.tokenizer
     sampled_total = 0
     stop: StopReason | None
 
@@ -88,7 +97,7 @@ async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSam
             break
         max_new = min(settings.max_tokens_per_turn, room, budget)
         t0 = time.perf_counter()
-        completion = await sampler.sample(list(ctx.tokens), max_new, None if seed is None else seed + 7919 * len(log.turns))
+        completion = await sampler.sample(list(ctx.tokens), max_new, None if seed is None else seed + 7919 * len(log.turns), key=log.trace_id)
         sample_s = time.perf_counter() - t0
         ctx.sampled(completion.tokens, completion.logprobs)
         sampled_total += len(completion.tokens)

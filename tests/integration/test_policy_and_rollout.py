@@ -109,9 +109,9 @@ def test_real_rollout_against_the_quickstart_server(policy, tmp_path):
     seen: list[list[int]] = []
     real_sample = policy.sample
 
-    def recording_sample(ps, params, max_tokens=None, seeds=None):
+    def recording_sample(ps, params, max_tokens=None, seeds=None, **cache):
         seen.extend(list(p) for p in ps)
-        return real_sample(ps, params, max_tokens, seeds)
+        return real_sample(ps, params, max_tokens, seeds, **cache)
 
     policy.sample = recording_sample
     try:
