@@ -158,11 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries(args.verbose)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    old_umask = os.umask(0o077)  # what a command writes (jobs, rollouts, checkpoints) is its owner's only
     try:
         return int(args.func(args) or 0)
     except AgentRFTError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        os.umask(old_umask)
 
 
 if __name__ == "__main__":

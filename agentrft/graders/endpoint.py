@@ -28,6 +28,7 @@ from pydantic import Field
 from agentrft.errors import GraderUnavailable
 from agentrft.graders.protocol import agrade_safely, checked_score, failed, http_client, run_sync
 from agentrft.graders.spec import BuildContext, Strict
+from agentrft.redact import redact_url
 from agentrft.types import Grade
 
 
@@ -111,12 +112,12 @@ class EndpointGrader:
         except GraderUnavailable as exc:
             return failed("unresponsive_reward_error", str(exc))
         except PayloadTooLarge:
-            return failed("endpoint_grader_client_error", f"{self.spec.url}: the reply is over 1 MiB (413)")
+            return failed("endpoint_grader_client_error", f"{redact_url(self.spec.url)}: the reply is over 1 MiB (413)")
         finally:
             if own:
                 await client.aclose()
         if reply.status >= 400:
-            return failed("endpoint_grader_client_error", f"{self.spec.url}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}")
+            return failed("endpoint_grader_client_error", f"{redact_url(self.spec.url)}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}")
         obj = _reply(reply.body)
         subs: dict[str, Any] = obj["sub_scores"] if isinstance(obj.get("sub_scores"), dict) else {}
         metrics: dict[str, Any] = obj["metrics"] if isinstance(obj.get("metrics"), dict) else {}

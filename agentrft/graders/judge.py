@@ -40,6 +40,7 @@ from pydantic import Field
 from agentrft.errors import ConfigError, GraderUnavailable
 from agentrft.graders.protocol import http_client
 from agentrft.graders.spec import Strict
+from agentrft.redact import redact_url
 
 
 class JudgeConfig(Strict):
@@ -138,7 +139,7 @@ class EndpointJudge:
                 await client.aclose()
         if reply.status >= 400:
             hint = " (if it rejects response_format, set agentrft.judge.structured_output: false)" if reply.status == 400 else ""
-            raise JudgeError("model_grader_server_error", f"{self.url}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}{hint}")
+            raise JudgeError("model_grader_server_error", f"{redact_url(self.url)}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}{hint}")
         obj = json.loads(reply.body)
         message = _chat_message(reply.body)
         usage = obj.get("usage") or {}

@@ -71,9 +71,11 @@ def finite(obj: Any) -> Any:
 
 
 def new_output_dir(out: str | Path | None, kind: str, base: str | Path = "runs") -> Path:
-    """The folder a command writes to, created: `out` when given, else `base/KIND-TIMESTAMP`."""
+    """The folder a command writes to, created mode 0700: `out` when given, else
+    `base/KIND-TIMESTAMP`."""
     path = Path(out) if out else Path(base) / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)  # a run's files (its job, rollouts, checkpoints) are its owner's only
     return path
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from agentrft.errors import EndpointUnavailable, ToolUnavailable
+from agentrft.redact import redact_urls
 from agentrft.types import ToolCall, ToolResult
 
 MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB each way
@@ -110,7 +111,8 @@ async def post_with_retries(
                 reason = f"malformed reply: {exc}"
                 continue
         return Reply(status, data, attempt + 1, time.perf_counter() - t0)
-    raise error_cls(f"{url}: {reason} (after {retries + 1} attempts)")
+    # the message becomes a discard reason, on disk and in metric keys: no URL credentials
+    raise error_cls(redact_urls(f"{url}: {reason} (after {retries + 1} attempts)"))
 
 
 def _function_call_output(data: bytes) -> str:

@@ -14,6 +14,7 @@ resumes to the exact step and its metrics have no gap.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -25,12 +26,13 @@ import torch
 
 from agentrft.console import console, progress_bar, show_precision
 from agentrft.data import load_dataset
-from agentrft.errors import AgentRFTError
+from agentrft.errors import AgentRFTError, ConfigError
 from agentrft.evaluate.eval import eval_results, graded_records, reward_stats
 from agentrft.graders import build_grader, grade_rollouts
 from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy.hf import HFPolicy
+from agentrft.redact import redact_job, restore_secrets
 from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.rollout.group import rollout_groups
@@ -65,6 +67,8 @@ def batch_rows(items: list[Item], hp: Resolved, step: int, seed: int) -> list[It
 
 
 def check_failures(groups: list[Group], step: int, limit: float) -> dict[str, float]:
+    """How many rollouts were discarded and how many grades failed; past `limit` (a share of
+    the step's rollouts) the step aborts with the reasons, since the rest is a biased sample."""
     trajs = [t for g in groups for t in g.trajectories]
     discarded = [t for t in trajs if t.discarded]
     failed = [gr for g in groups for gr in g.grades if gr is not None and gr.error]
@@ -203,11 +207,30 @@ def start(job_path: str, run_dir: str | None = None, resume: str | None = None) 
     """CLI entry: a new run from a job file, or `--resume RUN_DIR`."""
     if resume:
         rd = Path(resume)
-        meta = json.loads((rd / "run.json").read_text())
-        job = job_from_dict(json.loads((rd / "job.json").read_text()), source=meta["job_source"], base_dir=Path(meta["base_dir"]))
-        return train(job, rd, resume=True)
+        return train(_resumed_job(rd, job_path), rd, resume=True)
     job = load_job(job_path)
     rd = new_output_dir(run_dir, "train", job.agentrft.output_dir)
-    (rd / "job.json").write_text(json.dumps(job.model_dump(mode="json"), indent=2))
+    (rd / "job.json").write_text(json.dumps(redact_job(job.model_dump(mode="json")), indent=2))  # no secrets on disk
     (rd / "run.json").write_text(json.dumps({"job_source": str(Path(job_path).resolve()), "base_dir": str(job.resolve_path(".").resolve()), "model": job.model}))
     return train(job, rd)
+
+
+def _resumed_job(rd: Path, job_path: str | None) -> Job:
+    """The job of run `rd`. Its job.json has no secrets, so they come from the job file again
+    (`job_path`, else the file the run started from) when it still matches."""
+    if not (rd / "run.json").is_file() or not (rd / "job.json").is_file():
+        raise ConfigError(f"{rd}: not a training run directory (no run.json and job.json); give the folder `agentrft train` wrote, e.g. --resume runs/train-20250101-120000")
+    meta = json.loads((rd / "run.json").read_text())
+    stored = json.loads((rd / "job.json").read_text())
+    source_path = Path(job_path or meta["job_source"])
+    source = None
+    if source_path.is_file():
+        with contextlib.suppress(ConfigError):
+            source = load_job(source_path)
+    try:
+        data = restore_secrets(stored, None if source is None else source.model_dump(mode="json"), str(rd / "job.json"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if source is not None and data is not stored:
+        return source
+    return job_from_dict(stored, source=meta["job_source"], base_dir=Path(meta["base_dir"]))
