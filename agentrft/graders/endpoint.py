@@ -1,10 +1,16 @@
 """`endpoint` (Agent RFT): the user's own HTTP reward service grades the whole rollout.
 
     {"type": "endpoint", "name": "env", "url": "https://my-env.example.com/grade",
-     "headers": {"Authorization": "Bearer ..."}, "rate_limit": 20, "timeout_s": 60}
+     "headers": {"Authorization": "Bearer ..."}, "rate_limit": 20, "timeout_s": 60,
+     "range": [0, 1]}
 
 Request:  POST url  {"sample": {...}, "item": {...}, "trace_id": "trace_..."}
 Response: {"score": <float>}   (optionally "sub_scores": {name: float} and "metrics": {...})
+
+The score must lie in `range` (default [0, 1], as for OpenAI's graders; widen it for
+penalties such as -1) and every sub-score must be a finite number. A reply that breaks
+either is a bug in the grader, not a verdict on the rollout: it flags
+`endpoint_grader_score_error` and the sample is excluded, never clipped or scored.
 
 `trace_id` is the rollout's, so a server that kept per-rollout state for its tools (see
 agentrft.tools.envkit) can inspect it. Retries follow the tool rule, through the same code
@@ -18,12 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agentrft.errors import GraderUnavailable
 from agentrft.graders.protocol import agrade_safely, checked_score, failed, http_client, run_sync
@@ -41,6 +48,13 @@ class EndpointSpec(Strict):
     timeout_s: float = Field(default=60.0, gt=0)
     retries: int = Field(default=3, ge=0)
     backoff_s: float = Field(default=0.5, ge=0)
+    range: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=2, max_length=2)  # accepted scores
+
+    @model_validator(mode="after")
+    def _range_ordered(self) -> EndpointSpec:
+        if not (math.isfinite(self.range[0]) and math.isfinite(self.range[1]) and self.range[0] < self.range[1]):
+            raise ValueError(f"range must be [low, high] with finite low < high, got {self.range}")
+        return self
 
 
 def _reply(data: bytes) -> dict[str, Any]:
@@ -119,13 +133,23 @@ class EndpointGrader:
         if reply.status >= 400:
             return failed("endpoint_grader_client_error", f"{redact_url(self.spec.url)}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}")
         obj = _reply(reply.body)
-        subs: dict[str, Any] = obj["sub_scores"] if isinstance(obj.get("sub_scores"), dict) else {}
+        where = redact_url(self.spec.url)
+        score = float(obj["score"])
+        lo, hi = self.spec.range
+        if not lo <= score <= hi:
+            return failed("endpoint_grader_score_error", f"{where}: score {score:g} is outside the grader's range [{lo:g}, {hi:g}]; "
+                          "fix the grader, or set `range` if such scores are meant")
+        raw_subs = obj.get("sub_scores", {})
+        if not isinstance(raw_subs, dict):
+            return failed("endpoint_grader_score_error", f"{where}: sub_scores must be an object of numbers, got {type(raw_subs).__name__}")
+        subs: dict[str, float] = {}
+        for name, value in raw_subs.items():
+            try:
+                subs[str(name)] = checked_score(value)
+            except ValueError as exc:
+                return failed("endpoint_grader_score_error", f"{where}: sub_score {str(name)[:80]!r}: {exc}")
         metrics: dict[str, Any] = obj["metrics"] if isinstance(obj.get("metrics"), dict) else {}
-        return Grade(
-            float(obj["score"]),
-            {str(k): float(v) for k, v in subs.items() if isinstance(v, int | float) and not isinstance(v, bool)},
-            {**metrics, "attempts": reply.attempts, "latency_s": reply.latency_s},
-        )
+        return Grade(score, subs, {**metrics, "attempts": reply.attempts, "latency_s": reply.latency_s})
 
 
 def build(spec: EndpointSpec, path: str, ctx: BuildContext) -> EndpointGrader:

@@ -32,6 +32,7 @@ ERROR_FLAGS = {
     "python_grader_timeout": "the python grader ran past its CPU or wall-clock limit",
     "unresponsive_reward_error": "the endpoint grader kept failing after retries",
     "endpoint_grader_client_error": "the endpoint grader answered 4xx, or the request was over 1 MiB",
+    "endpoint_grader_score_error": "the endpoint grader's score was outside its `range`, or a sub-score was not a finite number",
     "other_error": "an unexpected failure inside a grader (details in metrics.error_details)",
 }
 
