@@ -160,6 +160,7 @@ def _adapter(ckpt: Path) -> dict[str, torch.Tensor]:
     return load_file(str(ckpt / "adapter" / "adapter_model.safetensors"))
 
 
+@pytest.mark.slow  # two 3-step trainings and two server starts: minutes on a laptop CPU
 def test_kill_9_mid_job_then_restart_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     rows = [("apple", "Say the word apple."), ("river", "Say the word river."), ("green", "Say the word green."), ("seven", "Say the word seven.")]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}], "answer": a}) + "\n" for a, q in rows))
