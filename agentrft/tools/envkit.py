@@ -20,7 +20,10 @@ per-rollout state, speaking the OpenAI Agent RFT wire contract.
 
 Routes: POST /tools/{name}, POST /grade, POST /cleanup, GET /tools, GET /health.
 Raise `ToolInputError` for a 4xx (shown to the model); any other exception is a 500, which
-agentrft retries and then discards the rollout. Bodies over 1 MiB get 413.
+agentrft retries and then discards the rollout. A path the model named that loops through
+symlinks or is too long for the file system is the model's mistake too: a 400 that says so
+(`confined` resolves a model's path inside a workspace with the same rules). Bodies over
+1 MiB get 413.
 
 A trace's state is cleaned up only after a *successful* grade: a grader that raises answers
 500 and keeps the state, so agentrft's retry grades the same workspace. A trace already
@@ -31,6 +34,7 @@ which agentrft flags; it never starts a fresh, empty state that would score 0.
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import json
 import logging
@@ -40,6 +44,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -244,6 +249,12 @@ class ToolServer:
                 return PlainTextResponse(str(exc), status_code=400)
             except TraceGone as exc:
                 return PlainTextResponse(str(exc), status_code=410)
+            except (OSError, RuntimeError) as exc:
+                why = bad_path(exc)
+                if why is None:
+                    log.exception("tool %s failed for %s", name, trace_id)
+                    return PlainTextResponse(f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500)
+                return PlainTextResponse(why, status_code=400)
             except Exception as exc:  # the tool's own failure: a 500, which agentrft retries
                 log.exception("tool %s failed for %s", name, trace_id)
                 return PlainTextResponse(f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500)
@@ -292,6 +303,36 @@ class ToolServer:
 
 class _TooLarge(Exception):
     pass
+
+
+def bad_path(exc: BaseException) -> str | None:
+    """What to tell the model when `exc` came from a path it named that cannot be followed (a
+    symlink loop, a name too long), else None: a real failure of the tool."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):
+        what = "loops through symbolic links" if exc.errno == errno.ELOOP else "is too long"
+        return f"the path {exc.filename!r} {what}; try another path" if exc.filename else f"a path {what}; try another path"
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop"):  # pathlib's resolve() before 3.13
+        return f"{exc}; try another path"
+    return None
+
+
+def confined(root: Path, path: str) -> Path:
+    """`path` (relative, from the model) resolved inside the workspace `root`, or
+    ToolInputError saying why not: absolute, outside `root`, a symlink loop or too long."""
+    if not isinstance(path, str) or not path:
+        raise ToolInputError("`path` must be a non-empty string relative to the workspace root")
+    if Path(path).is_absolute():
+        raise ToolInputError(f"{path!r} is absolute; paths are relative to the workspace root")
+    try:
+        full = (root / path).resolve()
+    except (OSError, RuntimeError) as exc:
+        why = bad_path(exc)
+        if why is None:
+            raise
+        raise ToolInputError(why) from None
+    if not full.is_relative_to(root.resolve()):
+        raise ToolInputError(f"{path!r} points outside the workspace")
+    return full
 
 
 class TraceGone(Exception):
