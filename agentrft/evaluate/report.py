@@ -3,7 +3,8 @@ no scripts, nothing fetched) that a person opens after training or attaches to a
 
 Everything it reads is plain data, as written to disk:
 - `metrics`: rows of `metrics.jsonl`, one dict per step. The x axis is `step` (else the
-  row's position); every numeric key with "reward" in its name is a curve.
+  row's position); every key that holds a reward (`is_reward_key`: means, sub-grader
+  means; not `reward/n` or `reward/std`) is a curve on the reward axis.
 - `before` / `after`: evaluation results for the base and the trained model. Either a list
   of rollout records (`agentrft.rollout.records.to_record` dicts, i.e. rows of
   `rollouts.jsonl`), or a dict holding some of `"rollouts"` (such records), `"summary"`
@@ -31,7 +32,7 @@ from agentrft.rollout.records import distribution
 
 Record = Mapping[str, Any]
 MAX_CHARS = 4000  # per message shown; the rest is cut with a note
-_CSS = """
+CSS = """
 body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:24px;color:#1d2330;background:#fafbfc}
 h1{font-size:26px;margin:0 0 4px} h2{font-size:20px;margin:0 0 12px;border-bottom:1px solid #d8dde6;padding-bottom:6px}
 section{background:#fff;border:1px solid #e1e5ec;border-radius:8px;padding:18px 22px;margin:18px 0}
@@ -68,15 +69,30 @@ def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def is_reward_key(key: str) -> bool:
+    """Whether a metrics key holds a reward: the mean reward (training, `eval/...`), a
+    sub-grader's mean, or a key named plainly `reward`. Counts, spreads and histograms
+    carry "reward" in their names too (`reward/n` is the number of graded rollouts, 16 and
+    more): on the reward axis they flattened every real curve to the bottom."""
+    last = key.rsplit("/", 1)[-1]
+    return last == "reward" or key.endswith("reward/mean") or key.startswith(("sub_rewards/", "eval/sub_rewards/"))
+
+
+def reward_curves(metrics: Sequence[Record], max_curves: int = 6) -> dict[str, list[tuple[float, float]]]:
+    """(step, reward) points per reward key (`is_reward_key`), the overall means first."""
+    keys = sorted({k for row in metrics for k, v in row.items() if is_reward_key(k) and _number(v)}, key=lambda k: (not k.endswith("reward/mean"), k))
+    return {key: [(row.get("step", i), row[key]) for i, row in enumerate(metrics) if _number(row.get(key))] for key in keys[:max_curves]}
+
+
 def reward_curve_png(metrics: Sequence[Record], max_curves: int = 6) -> str | None:
-    """Every numeric "reward" key of the metrics rows against `step`; None without any."""
-    keys = sorted({k for row in metrics for k, v in row.items() if "reward" in k and _number(v)})[:max_curves]
-    if not keys:
+    """The reward curves of the metrics rows against `step` (one quantity on the axis:
+    rewards); None without any."""
+    curves = reward_curves(metrics, max_curves)
+    if not curves:
         return None
     fig = _figure()
     ax = fig.add_subplot()
-    for key in keys:
-        points = [(row.get("step", i), row[key]) for i, row in enumerate(metrics) if _number(row.get(key))]
+    for key, points in curves.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o" if len(points) < 30 else None, markersize=3, label=key)
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
@@ -186,31 +202,31 @@ def _overview(data: Any) -> dict[str, str]:
 
 
 # -- HTML ------------------------------------------------------------------------------
-def _esc(value: Any) -> str:
+def escape(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _img(b64: str | None, alt: str, missing: str) -> str:
+def image_html(b64: str | None, alt: str, missing: str) -> str:
     if b64 is None:
-        return f'<p class="missing">{_esc(missing)}</p>'
-    return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{b64}">'
+        return f'<p class="missing">{escape(missing)}</p>'
+    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{b64}">'
 
 
 def _text(value: Any) -> str:
     text = "" if value is None else str(value)
     if len(text) > MAX_CHARS:
         text = text[:MAX_CHARS] + f"\n… [{len(text) - MAX_CHARS} more characters]"
-    return f"<pre>{_esc(text)}</pre>"
+    return f"<pre>{escape(text)}</pre>"
 
 
 def _message(m: Record) -> str:
     role = str(m.get("role", "?"))
     head = f"tool · {m['name']}" if role == "tool" and m.get("name") else role
     calls = "".join(
-        f'<pre class="call">→ {_esc(c.get("function", {}).get("name", ""))}({_esc(c.get("function", {}).get("arguments", ""))})</pre>'
+        f'<pre class="call">→ {escape(c.get("function", {}).get("name", ""))}({escape(c.get("function", {}).get("arguments", ""))})</pre>'
         for c in m.get("tool_calls") or [] if isinstance(c, Mapping)
     )
-    return f'<div class="msg role-{_esc(role)}"><div class="role">{_esc(head)}</div>{_text(m.get("content"))}{calls}</div>'
+    return f'<div class="msg role-{escape(role)}"><div class="role">{escape(head)}</div>{_text(m.get("content"))}{calls}</div>'
 
 
 def trajectory_html(record: Record) -> str:
@@ -228,7 +244,7 @@ def trajectory_html(record: Record) -> str:
     if len(prompt) > 1:
         folded = f"<details><summary>prompt: {len(prompt) - 1} earlier messages (system, examples)</summary>{''.join(_message(m) for m in prompt[:-1])}</details>"
     body = folded + "".join(_message(m) for m in prompt[-1:] + rest)
-    return f'<div class="traj"><h3>{_esc(record.get("trace_id", "rollout"))} <span class="meta">· {_esc(" · ".join(meta))}</span></h3>{body}</div>'
+    return f'<div class="traj"><h3>{escape(record.get("trace_id", "rollout"))} <span class="meta">· {escape(" · ".join(meta))}</span></h3>{body}</div>'
 
 
 def _pick(records: Sequence[Record], n: int) -> list[Record]:
@@ -247,8 +263,8 @@ def _overview_table(before: Any, after: Any) -> str:
     if not cols:
         return ""
     keys = list(next(iter(cols.values())))
-    head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
-    rows = "".join(f"<tr><td>{_esc(k)}</td>" + "".join(f"<td>{_esc(cols[c].get(k, '-'))}</td>" for c in cols) + "</tr>" for k in keys)
+    head = "".join(f"<th>{escape(c)}</th>" for c in cols)
+    rows = "".join(f"<tr><td>{escape(k)}</td>" + "".join(f"<td>{escape(cols[c].get(k, '-'))}</td>" for c in cols) + "</tr>" for k in keys)
     return f"<table><tr><th></th>{head}</tr>{rows}</table>"
 
 
@@ -258,19 +274,19 @@ def build_report(*, metrics: Sequence[Record] | None = None, before: Any = None,
     counts_before, counts_after = tool_call_counts(before), tool_call_counts(after)
     sections = [
         ("reward-curve", "Reward during training",
-         _img(reward_curve_png(metrics or []), "reward curve", "No training metrics with a reward (metrics.jsonl) were given.")),
+         image_html(reward_curve_png(metrics or []), "reward curve", "No training metrics with a reward (metrics.jsonl) were given.")),
         ("tool-calls", "Tool calls per rollout, before and after",
-         _overview_table(before, after) + _img(tool_calls_png(counts_before, counts_after), "tool calls per rollout", "No evaluation results were given.")),
+         _overview_table(before, after) + image_html(tool_calls_png(counts_before, counts_after), "tool calls per rollout", "No evaluation results were given.")),
         ("best-of-k", "Best of k",
-         _img(best_of_k_png({"before": best_of_k_from(before), "after": best_of_k_from(after)}), "best-of-k curve",
+         image_html(best_of_k_png({"before": best_of_k_from(before), "after": best_of_k_from(after)}), "best-of-k curve",
               "No evaluation with several samples per prompt was given.")),
         ("trajectories", "Trajectories",
          "".join(trajectory_html(r) for r in _pick(list(rollouts or []), max_trajectories)) or '<p class="missing">No rollouts were given.</p>'),
     ]
-    body = "".join(f'<section id="{sid}"><h2>{_esc(head)}</h2>{content}</section>' for sid, head, content in sections)
+    body = "".join(f'<section id="{sid}"><h2>{escape(head)}</h2>{content}</section>' for sid, head, content in sections)
     return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
-        f"<style>{_CSS}</style></head><body><h1>{_esc(title)}</h1>{body}</body></html>"
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>"
     )
 
 
