@@ -99,6 +99,7 @@ class Environment(Strict):
     Tools whose `server_url` is a bare path ("/tools/grep") are resolved against it."""
 
     app: str  # "package.module:app", an ASGI app (see agentrft.tools.envkit)
+    dir: str = "."  # where it starts (and imports `app` from), relative to the job file
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)  # 0: pick a free port
     startup_timeout_s: float = 60.0

@@ -2,6 +2,7 @@
 
     agentrft data from-git REPO --out DIR [--max-files 8] [--val-fraction 0.2]
                                           [--include GLOB ...] [--exclude GLOB ...]
+                                          [--worked-examples 2]
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import time
 from typing import Any
 
-from agentrft.data.from_git import DEFAULT_MAX_FILES, DEFAULT_VAL_FRACTION
+from agentrft.data.from_git import DEFAULT_MAX_FILES, DEFAULT_VAL_FRACTION, DEFAULT_WORKED_EXAMPLES
 
 
 def cmd_from_git(args: argparse.Namespace) -> int:
@@ -21,7 +22,8 @@ def cmd_from_git(args: argparse.Namespace) -> int:
     report = build_dataset(
         args.repo, args.out, rev=args.rev, max_commits=args.max_commits, max_files=args.max_files,
         include=args.include, exclude=args.exclude, default_excludes=not args.no_default_excludes,
-        val_fraction=args.val_fraction,
+        val_fraction=args.val_fraction, worked_examples=args.worked_examples, keep_new_only=args.keep_new_only,
+        prefill_query=not args.no_prefill_query,
     )
     for line in report.lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -48,4 +50,8 @@ def add_commands(subparsers: Any) -> None:
     g.add_argument("--include", action="append", default=[], metavar="GLOB", help="keep only matching paths (gitignore syntax; repeatable)")
     g.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="drop matching paths (gitignore syntax; repeatable)")
     g.add_argument("--no-default-excludes", action="store_true", help="keep lock files and vendored directories")
+    g.add_argument("--keep-new-only", action="store_true", help="keep commits that only add files (no search can find a file that does not exist yet)")
+    g.add_argument("--no-prefill-query", action="store_true", help="leave the search query to the model (default: each row's reply starts as a search for its subject line)")
+    g.add_argument("--worked-examples", type=int, default=DEFAULT_WORKED_EXAMPLES,
+                   help=f"training commits turned into worked examples that start every row (default {DEFAULT_WORKED_EXAMPLES}; 0 for none)")
     g.set_defaults(func=cmd_from_git)

@@ -4,9 +4,21 @@ Each kept commit becomes one row: the request is the commit message (subject and
 expected answer is the set of files it changed. Older commits go to `train.jsonl`, the newest
 to `val.jsonl`, so evaluation is on changes the model has never seen.
 
-Row: {"messages": [{"role": "user", "content": MESSAGE}],
-      "files": [sorted paths], "repo": ABS_PATH, "commit": SHA, "parent": SHA,
-      "renamed_from": {new_path: old_path}}
+Row: {"messages": [*WORKED_EXAMPLES, {"role": "user", "content": MESSAGE}],
+      "prefill": SEARCH_CALL_START, "files": [sorted paths], "repo": ABS_PATH,
+      "commit": SHA, "parent": SHA, "renamed_from": {new_path: old_path}}
+
+Worked examples (`worked_examples`, default 2) are built from this repository, never
+written by hand: training commits whose subject line, given to the ranked `search` tool
+(agentrft.tools.code_search), returns some of the files they changed. Each example is the
+request, the search call, the search's real output at that commit, and the answer: the
+numbers of the returned paths that the commit changed. Every row starts with the same
+examples, and the commits they come from are taken out of the training rows.
+
+Each row's `prefill` (`prefill_query`, default on) starts its reply the way the examples
+do, as a search for its own subject line, left open: the model may add words, then closes
+the call. A 135M model left to write the whole query mostly writes noise (README of the
+file-selection recipe).
 
 Path rules: an added, modified, deleted or type-changed file counts as its path; a rename
 counts as its *new* path only (the old path is kept in `renamed_from`, so a grader or report
@@ -30,6 +42,7 @@ from typing import Any
 import pathspec
 
 from agentrft.errors import ConfigError
+from agentrft.tools.code_search import CodeIndex, numbered
 
 # Lock files and vendored code: changes to them follow from other changes (or are imports of
 # someone else's code), so they are not what a request asks for. gitignore syntax.
@@ -42,6 +55,9 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     "*.min.js", "*.min.css",
 )
 DEFAULT_MAX_FILES = 8
+DEFAULT_WORKED_EXAMPLES = 2
+EXAMPLE_QUERY_WORDS = 12  # a worked example searches for its subject line, cut to this many words
+EXAMPLE_MAX_CHARS = 300  # only short requests become worked examples: every prompt carries them
 DEFAULT_VAL_FRACTION = 0.2
 
 # Why a commit was not kept, in the order they are checked (each commit gets the first).
@@ -53,6 +69,7 @@ DROP_REASONS = {
     "no_files": "changes no files",
     "no_files_left": "every changed file excluded by path filters",
     "too_many_files": "changes more files than --max-files",
+    "nothing_to_find": "only adds files (none of its files exists before it, so no search can find one; --keep-new-only keeps them)",
 }
 
 _HEADER = b"\x1e"  # starts each commit's header; a status token never starts with it
@@ -200,6 +217,12 @@ def to_row(commit: Commit, repo: Path, path_filter: PathFilter, max_files: int) 
     return row, None
 
 
+def _exists_before(repo: Path, commit: Commit, files: Sequence[str]) -> bool:
+    """Whether any of `files` exists in the commit's parent."""
+    listed = _git(repo, "ls-tree", "-z", "--name-only", commit.parents[0], "--", *files)
+    return bool(listed.strip(b"\0"))
+
+
 def split_by_time(rows: Sequence[tuple[int, dict[str, Any]]], val_fraction: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Oldest rows to train, the newest `val_fraction` to validation. `rows` holds
     (commit time, row) newest first, as git lists them; ties keep git's order. With at least
@@ -212,6 +235,64 @@ def split_by_time(rows: Sequence[tuple[int, dict[str, Any]]], val_fraction: floa
     return oldest_first[: n - n_val], oldest_first[n - n_val :]
 
 
+def search_call(query: str) -> str:
+    """The assistant text of one `search` call in agentrft's tool format."""
+    return "<tool_call>" + json.dumps({"name": "search", "arguments": {"query": query}}, ensure_ascii=False) + "</tool_call>"
+
+
+def query_prefill(message: str) -> str:
+    """A row's `prefill`: its reply starts as a search for its own subject line (what the
+    worked examples do), and the model goes on from there: more words, or `"}}` to search."""
+    call = search_call(example_query(message))
+    return call[: call.rindex('"}}')]
+
+
+def example_query(message: str) -> str:
+    """What a worked example searches for: the request's subject line, at most
+    EXAMPLE_QUERY_WORDS words."""
+    return " ".join(message.strip().splitlines()[0].split()[:EXAMPLE_QUERY_WORDS])
+
+
+def worked_example(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The four messages of a worked example made from `row` (request, search call, the
+    search's output at the row's parent commit, answer), or None when the search returns
+    none of the row's files."""
+    message = row["messages"][-1]["content"]
+    query = example_query(message)
+    hits = CodeIndex.from_git(row["repo"], row["parent"]).search(query)
+    found = [n for n, h in enumerate(hits, start=1) if h.path in row["files"]]
+    if not found:
+        return None
+    return [
+        {"role": "user", "content": message},
+        {"role": "assistant", "content": search_call(query)},
+        {"role": "tool", "content": numbered(hits)},
+        {"role": "assistant", "content": json.dumps(found)},
+    ]
+
+
+def pick_worked_examples(train: list[dict[str, Any]], n: int) -> tuple[list[dict[str, Any]], list[int]]:
+    """Up to `n` worked examples from the training rows (shortest requests first), and
+    their positions in `train`."""
+    messages: list[dict[str, Any]] = []
+    used: list[int] = []
+    answered: set[str] = set()
+    order = sorted(range(len(train)), key=lambda i: (len(train[i]["messages"][-1]["content"]), i))
+    for i in order:
+        if len(used) == n:
+            break
+        if len(train[i]["messages"][-1]["content"]) > EXAMPLE_MAX_CHARS:
+            continue
+        example = worked_example(train[i])
+        paths = set(train[i]["files"])
+        if example is None or paths & answered:
+            continue  # no two examples share a path, or the model learns to repeat it
+        answered.update(paths)
+        messages += example
+        used.append(i)
+    return messages, used
+
+
 @dataclass
 class BuildReport:
     repo: Path
@@ -220,6 +301,7 @@ class BuildReport:
     val: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     files_excluded: int = 0  # file entries removed by path filters in otherwise kept commits
+    examples: list[str] = field(default_factory=list)  # commits turned into worked examples
 
     @property
     def kept(self) -> int:
@@ -232,6 +314,8 @@ class BuildReport:
                 out.append(f"  dropped {self.dropped[reason]:>6}  {text}")
         if self.files_excluded:
             out.append(f"  ({self.files_excluded} file entries of kept commits removed by path filters)")
+        if self.examples:
+            out.append(f"  {len(self.examples)} training commits became the worked examples at the start of every row: {', '.join(c[:10] for c in self.examples)}")
         return out
 
 
@@ -254,6 +338,9 @@ def build_dataset(
     exclude: Sequence[str] = (),
     default_excludes: bool = True,
     val_fraction: float = DEFAULT_VAL_FRACTION,
+    worked_examples: int = DEFAULT_WORKED_EXAMPLES,
+    keep_new_only: bool = False,
+    prefill_query: bool = True,
 ) -> BuildReport:
     """Read `repo`'s history from `rev`, write `out_dir/train.jsonl` and `out_dir/val.jsonl`,
     and return counts of what was kept and why the rest was dropped."""
@@ -268,12 +355,23 @@ def build_dataset(
     for commit in read_history(root, rev, max_commits):
         report.seen += 1
         row, reason = to_row(commit, root, path_filter, max_files)
+        if row is not None and not keep_new_only and not _exists_before(root, commit, row["files"]):
+            row, reason = None, "nothing_to_find"
         if row is None:
             report.dropped[reason or "unknown"] += 1
             continue
         report.files_excluded += len({c.path for c in commit.changes}) - len(row["files"])
         kept.append((commit.time, row))
     train, val = split_by_time(kept, val_fraction)
+    if worked_examples > 0:
+        examples, used = pick_worked_examples(train, worked_examples)
+        report.examples = [train[i]["commit"] for i in used]
+        train = [row for i, row in enumerate(train) if i not in used]
+        for row in [*train, *val]:
+            row["messages"] = [*examples, *row["messages"]]
+    if prefill_query:
+        for row in [*train, *val]:
+            row["prefill"] = query_prefill(row["messages"][-1]["content"])
     report.train, report.val = len(train), len(val)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ def job_environment(job: Job) -> Iterator[str | None]:
     if env is None:
         yield None
         return
-    with launch_environment(env.app, job.resolve_path("."), env.host, env.port, env.startup_timeout_s, env.env) as url:
+    with launch_environment(env.app, job.resolve_path(env.dir), env.host, env.port, env.startup_timeout_s, env.env) as url:
         yield url
 
 

@@ -27,9 +27,10 @@ from agentrft.train.observe import read_metrics
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-PINNED_REV = "878646fcf9d0b53bf43fae1ab6dbabd122357f92"  # history up to this commit: every clone builds the same rows
+PINNED_REV = "2fc09be9e65b91fff88eb8c40650deed8b9acf28"  # history up to this commit: every clone builds the same rows
+VAL_FRACTION = 0.25  # the newest quarter of the kept commits: 16 held-out rows at PINNED_REV
 EVAL_SAMPLES = 2  # rollouts per validation row, before and after
-PREFLIGHT_ROWS, PREFLIGHT_K = 6, 4
+PREFLIGHT_ROWS, PREFLIGHT_K = 6, 8
 
 
 def demo_job(data: Path, out: Path, steps: int | None, seed: int | None, job_path: Path = HERE / "job.yaml") -> Job:
@@ -84,7 +85,7 @@ def run(out: Path, steps: int | None = None, seed: int | None = None, job_path: 
     out.mkdir(parents=True, exist_ok=True)
 
     console.rule("1/6 data: this repository's history")
-    report = build_dataset(REPO, out / "data", rev=PINNED_REV)
+    report = build_dataset(REPO, out / "data", rev=PINNED_REV, val_fraction=VAL_FRACTION)
     for line in report.lines():
         console.print(line)
     if report.train < PREFLIGHT_ROWS or report.val < 2:

@@ -10,7 +10,7 @@ workspace holds no `.git`: the answer commit cannot leak through history. (Measu
 than `git worktree add`; files marked `export-ignore` in `.gitattributes` are left out, as in
 any archive.)
 
-Tools: list_files, grep, read_file. Every path is relative to the repository root and confined
+Tools: search (ranked, BM25 over paths, identifiers and text), list_files, grep, read_file. Every path is relative to the repository root and confined
 to the workspace: `..`, absolute paths and symlinks leading outside are refused. A call the
 model got wrong (bad regex, missing file) is a 400 whose text the model sees.
 
@@ -32,9 +32,12 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import functools
+
 import pathspec
 import regex
 
+from agentrft.tools.code_search import DEFAULT_TOP_K, CodeIndex, numbered
 from agentrft.tools.envkit import ToolInputError, ToolServer, TraceContext
 
 LIST_MAX_FILES = 100
@@ -184,6 +187,35 @@ def _grep_lines(root: Path, start: Path, spec: pathspec.PathSpec | None, rx: Any
 
 
 # -- tools ----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=16)
+def _index(repo: str, commit: str) -> CodeIndex:
+    """One search index per revision, shared by every rollout on it (read from git: the
+    rollout's workspace is not needed, and the index cannot see other revisions)."""
+    if not _SHA.match(commit or ""):
+        raise RuntimeError(f"item field `parent` must be a commit hash, got {commit!r}")
+    if not repo or not Path(repo).is_dir():
+        raise RuntimeError(f"item field `repo` is not a directory on the environment's machine: {repo!r}")
+    return CodeIndex.from_git(repo, commit)
+
+
+@env.tool(
+    description=f"Ranked search over the repository's file paths, names and text; returns the {DEFAULT_TOP_K} best-matching files, best first, one numbered line each: N. path  (matches: words).",
+    parameters={
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "Words to look for, e.g. \"parse commit log\"; any wording works."}},
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+)
+def search(ctx: TraceContext, query: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ToolInputError("`query` must be a non-empty string of words, e.g. \"parse commit log\"")
+    hits = _index(str(ctx.item.get("repo") or ""), str(ctx.item.get("parent") or "")).search(query)
+    if not hits:
+        return f"no files match {query!r}; try other words"
+    return numbered(hits)
+
+
 _PATH = {"type": "string", "description": "Directory or file relative to the repository root (default: the root)."}
 _GLOB = {"type": "string", "description": "Only files matching this glob (relative to `path`), e.g. \"*.py\" or \"tests/**/test_*.py\"."}
 

@@ -27,7 +27,8 @@ def test_demo_job_reads_the_demo_data_and_writes_under_its_folder(demo, tmp_path
     assert job.training_file == str(tmp_path / "data" / "train.jsonl") and job.validation_file is None
     assert job.seed == 11 and job.agentrft.output_dir == str(tmp_path / "out")
     assert job.agentrft.train.max_steps == 3 and job.agentrft.train.checkpoint_interval == 3
-    assert job.resolve_path("env.py") == RECIPE / "env.py"  # the environment still starts from the recipe
+    assert job.agentrft.environment is not None
+    assert (job.resolve_path(job.agentrft.environment.dir) / "env.py").resolve() == RECIPE / "env.py"  # the environment still starts from the recipe
 
 
 def record(reward, calls, request):  # type: ignore[no-untyped-def]
@@ -61,7 +62,8 @@ def test_headline_names_the_reward_formula_and_every_sub_grader(demo):
 
 
 def test_the_demo_can_run_a_variant_of_the_job(demo, tmp_path):
-    job = demo.demo_job(tmp_path / "data", tmp_path / "out", None, None, RECIPE / "job_v5.yaml")
+    job = demo.demo_job(tmp_path / "data", tmp_path / "out", None, None, RECIPE / "history" / "job_v5.yaml")
     assert job.rl.grader["calculate_output"] == "0.7 * files + 0.3 * near"  # v5's reward, not job.yaml's
     assert job.training_file == str(tmp_path / "data" / "train.jsonl")
-    assert job.resolve_path("env.py") == RECIPE / "env.py"
+    assert job.agentrft.environment is not None
+    assert (job.resolve_path(job.agentrft.environment.dir) / "env.py").resolve() == RECIPE / "env.py"

@@ -235,3 +235,15 @@ def test_answer_parsing_and_f1(env_module, answer, score):
 
 def test_f1_of_two_empty_sets_is_one(env_module):
     assert env_module.file_f1([], []) == 1.0
+
+
+def test_search_ranks_the_parent_commits_files_and_numbers_them(server, repo_item, workspaces):
+    out = output(call(server, "trace_s", repo_item, "search", query="parse words"))
+    lines = out.splitlines()
+    assert lines[0].startswith("1. src/util/strings.py  (matches: parse, words")  # path and identifier parse_words
+    assert any(line.startswith("2. src/main.py") for line in lines)
+    assert "new.txt" not in out and "do not read" not in out  # HEAD's file and the symlinked secret are not indexed
+    assert list(workspaces.iterdir()) == []  # the index is read from git: no workspace for a search
+    assert output(call(server, "trace_s", repo_item, "search", query="zebra")) == "no files match 'zebra'; try other words"
+    empty = call(server, "trace_s", repo_item, "search", query="  ")
+    assert empty.status_code == 400 and "non-empty" in empty.text

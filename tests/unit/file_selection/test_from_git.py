@@ -62,7 +62,7 @@ def history(make_repo):
 
 def test_rows_drops_and_time_split(history, tmp_path):
     repo, sha = history
-    report = build_dataset(repo.path, tmp_path / "out", val_fraction=0.5)
+    report = build_dataset(repo.path, tmp_path / "out", val_fraction=0.5, worked_examples=0, keep_new_only=True)
     train = read_rows(tmp_path / "out" / "train.jsonl")
     val = read_rows(tmp_path / "out" / "val.jsonl")
 
@@ -95,14 +95,14 @@ def test_rows_drops_and_time_split(history, tmp_path):
 
 def test_filters_and_limits(history, tmp_path):
     repo, sha = history
-    report = build_dataset(repo.path, tmp_path / "a", max_files=9, default_excludes=False, val_fraction=0)
+    report = build_dataset(repo.path, tmp_path / "a", max_files=9, default_excludes=False, val_fraction=0, worked_examples=0, keep_new_only=True)
     rows = {r["commit"]: r for r in read_rows(tmp_path / "a" / "train.jsonl")}
     assert len(rows[sha["too_many"]]["files"]) == 9
     assert rows[sha["locks_only"]]["files"] == ["package-lock.json", "vendor/lib.js"]
     assert rows[sha["lock_and_code"]]["files"] == ["c.py", "package-lock.json"]
     assert report.val == 0 and (tmp_path / "a" / "val.jsonl").read_text() == ""
 
-    report = build_dataset(repo.path, tmp_path / "b", include=["docs/", "*.py"], exclude=["many/", "c.py"])
+    report = build_dataset(repo.path, tmp_path / "b", include=["docs/", "*.py"], exclude=["many/", "c.py"], worked_examples=0, keep_new_only=True)
     rows_b = read_rows(tmp_path / "b" / "train.jsonl") + read_rows(tmp_path / "b" / "val.jsonl")
     assert sorted(f for r in rows_b for f in r["files"]) == ["b.py", "docs/x.md", "s.py", "ünïcode dir/файл.py"]
     assert report.dropped["no_files_left"] == 4  # rename (c.py), nine files, locks, lock+c.py
@@ -116,7 +116,7 @@ def test_non_utf8_path_is_counted_not_crashed(make_repo, tmp_path):
     r.commit("Add a file with a Latin-1 name")
     r.write("a.txt", "y\n")
     r.commit("Change a")
-    report = build_dataset(r.path, tmp_path / "out", val_fraction=0)
+    report = build_dataset(r.path, tmp_path / "out", val_fraction=0, worked_examples=0)
     assert report.dropped["non_utf8_path"] == 1 and report.kept == 1
 
 
@@ -143,7 +143,7 @@ def test_parse_log_handles_renames_and_separators():
 def test_cli_prints_summary_and_writes_files(history, tmp_path, capsys):
     repo, _ = history
     out = tmp_path / "cli"
-    assert main(["data", "from-git", str(repo.path), "--out", str(out), "--max-files", "9"]) == 0
+    assert main(["data", "from-git", str(repo.path), "--out", str(out), "--max-files", "9", "--keep-new-only", "--worked-examples", "0"]) == 0
     printed = capsys.readouterr().out
     assert "12 commits read, 7 kept" in printed
     assert "merge commit" in printed and "empty commit message" in printed
@@ -161,3 +161,61 @@ def test_bad_path_pattern_is_a_config_error(history, tmp_path, capsys):
     repo, _ = history
     assert main(["data", "from-git", str(repo.path), "--out", str(tmp_path / "o"), "--exclude", "!"]) == 2
     assert "'!' is not valid gitignore syntax" in capsys.readouterr().err
+
+
+def test_commits_that_only_add_files_are_dropped_as_nothing_to_find(history, tmp_path):
+    repo, sha = history
+    report = build_dataset(repo.path, tmp_path / "out", max_files=9, val_fraction=0, worked_examples=0)
+    kept = {r["commit"] for r in read_rows(tmp_path / "out" / "train.jsonl")}
+    assert report.dropped["nothing_to_find"] == 3  # nine new files; the side branch's new s.py; a rename's new path
+    assert sha["too_many"] not in kept and sha["side"] not in kept and sha["rename"] not in kept
+    assert sha["binary_unicode"] in kept  # it adds a module, but it changes bin.dat too
+    assert any("only adds files" in line for line in report.lines())
+
+
+@pytest.fixture
+def searchable(make_repo):
+    """A small project whose commit subjects name what they change."""
+    r = make_repo()
+    r.write("src/login.py", "def check_password(user, password):\n    return True\n")
+    r.write("src/invoice.py", "def invoice_total(items):\n    return 0\n")
+    r.write("src/cart.py", "def add_to_cart(cart, item):\n    cart.append(item)\n")
+    r.write("README.md", "A shop.\n")
+    r.commit("Initial import")
+    changes = [("src/login.py", "Login: check the password"), ("src/invoice.py", "Invoice total: sum the items"),
+               ("src/cart.py", "Cart: refuse a duplicate item"), ("src/login.py", "Login: lock after three tries"),
+               ("README.md", "README: say what the shop sells"), ("src/invoice.py", "Invoice: round the total")]
+    for i, (path, message) in enumerate(changes):
+        r.write(path, f"# change {i}\n" + (r.path / path).read_text())
+        r.commit(message)
+    return r
+
+
+def test_worked_examples_come_from_training_commits_and_start_every_row(searchable, tmp_path):
+    report = build_dataset(searchable.path, tmp_path / "out", val_fraction=0.34)
+    train, val = read_rows(tmp_path / "out" / "train.jsonl"), read_rows(tmp_path / "out" / "val.jsonl")
+    assert len(report.examples) == 2 and report.train == len(train) == 2 and report.val == len(val) == 2
+    shots = val[0]["messages"][:-1]
+    assert len(shots) == 8 and all(row["messages"][:-1] == shots for row in train + val)
+    example_commits = set(report.examples)
+    assert not example_commits & {row["commit"] for row in train + val}  # an example is never a task
+    log = searchable.git("log", "--format=%H %s").splitlines()
+    subjects = dict(line.split(" ", 1) for line in log)
+    for k, commit in zip(range(0, 8, 4), report.examples, strict=True):
+        request, call, output, answer = shots[k : k + 4]
+        assert request["content"] == subjects[commit]
+        assert json.loads(call["content"].removeprefix("<tool_call>").removesuffix("</tool_call>"))["arguments"]["query"] == subjects[commit]
+        lines = output["content"].splitlines()
+        assert lines[0].startswith("1. ")
+        changed = searchable.git("show", "--format=", "--name-only", commit).split()
+        picked = json.loads(answer["content"])
+        assert picked and all(lines[n - 1].split()[1] in changed for n in picked)
+    answered = [searchable.git("show", "--format=", "--name-only", c) for c in report.examples]
+    assert len(set(answered)) == 2  # the two examples answer with different files
+    assert "worked examples" in "\n".join(report.lines())
+
+
+def test_no_worked_examples_when_asked_for_none(searchable, tmp_path):
+    report = build_dataset(searchable.path, tmp_path / "out", val_fraction=0.34, worked_examples=0)
+    rows = read_rows(tmp_path / "out" / "train.jsonl")
+    assert report.examples == [] and all(len(r["messages"]) == 1 for r in rows) and report.train == 4
