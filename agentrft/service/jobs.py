@@ -262,7 +262,7 @@ async def retrieve_job(request: Request, job_id: str) -> dict[str, Any]:
     return job_object(state_of(request), owned_job(request, job_id))
 
 
-async def _stop(request: Request, job_id: str, status: str) -> dict[str, Any]:
+async def stop_job(request: Request, job_id: str, status: str) -> dict[str, Any]:
     row = owned_job(request, job_id)
     state = state_of(request)
     allowed = ("validating_files", "queued", "running", "paused") if status == "cancelled" else ("queued", "running")
@@ -276,12 +276,12 @@ async def _stop(request: Request, job_id: str, status: str) -> dict[str, Any]:
 
 @router.post("/v1/fine_tuning/jobs/{job_id}/cancel")
 async def cancel_job(request: Request, job_id: str) -> dict[str, Any]:
-    return await _stop(request, job_id, "cancelled")
+    return await stop_job(request, job_id, "cancelled")
 
 
 @router.post("/v1/fine_tuning/jobs/{job_id}/pause")
 async def pause_job(request: Request, job_id: str) -> dict[str, Any]:
-    return await _stop(request, job_id, "paused")
+    return await stop_job(request, job_id, "paused")
 
 
 @router.post("/v1/fine_tuning/jobs/{job_id}/resume")
