@@ -61,7 +61,7 @@ def model_ref(state: ServiceState, model: str, owner: str) -> tuple[str, str | N
 class ChatModels:
     """Loaded ChatServices by model id, least recently used dropped first."""
 
-    def __init__(self, max_loaded: int = 2, device: str = "auto", dtype: str = "bf16") -> None:
+    def __init__(self, max_loaded: int = 2, device: str = "auto", dtype: str = "auto") -> None:
         self.max_loaded = max_loaded
         self.device, self.dtype = device, dtype
         self._loaded: OrderedDict[str, Any] = OrderedDict()
