@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from agentrft.service.store import Store
 
@@ -36,11 +36,52 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 3.0
 
 
+class JobProcess(Protocol):
+    """A running job, wherever it runs: `poll()` is its exit code once it ended, else None;
+    `stop()` ends it (and everything it started) within seconds."""
+
+    def poll(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+
+class LocalProcess:
+    """`python -m WORKER_MODULE RUN_DIR` in its own process group on this machine."""
+
+    def __init__(self, module: str, run_dir: Path) -> None:
+        self.log_file: IO[bytes] = (run_dir / "worker.log").open("ab")
+        env = {**os.environ, "AGENTRFT_SERVICE_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen([sys.executable, "-m", module, str(run_dir)], stdout=self.log_file, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    def poll(self) -> int | None:
+        code = self.process.poll()
+        if code is not None and not self.log_file.closed:
+            self.log_file.close()
+        return code
+
+    def stop(self) -> None:
+        """SIGTERM to the worker's process group, SIGKILL after a grace period."""
+        proc = self.process
+        for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+            if proc.poll() is not None:
+                break
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+        if not self.log_file.closed:
+            self.log_file.close()
+
+
 @dataclass
 class Worker:
     job_id: str
-    process: subprocess.Popen[bytes]
-    log_file: IO[bytes]
+    process: JobProcess
 
 
 def metrics_message(row: dict[str, Any], total_steps: int | None) -> str:
@@ -94,7 +135,7 @@ class LocalExecutor:
             workers = list(self._running.values())
             self._running.clear()
         for w in workers:
-            self._kill(w)
+            w.process.stop()
 
     def poke(self) -> None:
         self._wake.set()
@@ -153,7 +194,7 @@ class LocalExecutor:
             with self._lock:
                 worker = self._running.get(job_id)
             if worker is not None:
-                self._kill(worker)
+                worker.process.stop()
                 self.ingest_metrics(job_id)
             if self.store.set_status(job_id, status, only_from=("queued", "running")):
                 self.store.add_event(job_id, "Fine-tuning job paused" if status == "paused" else "Fine-tuning job cancelled")
@@ -166,9 +207,8 @@ class LocalExecutor:
             for w in done:
                 del self._running[w.job_id]
         for w in done:
-            w.log_file.close()
             self.ingest_metrics(w.job_id)
-            self._record_outcome(w.job_id, w.process.returncode)
+            self._record_outcome(w.job_id, w.process.poll() or 0)
 
     def _record_outcome(self, job_id: str, returncode: int) -> None:
         run_dir = self.jobs_dir / job_id
@@ -197,34 +237,18 @@ class LocalExecutor:
             run_dir = self.jobs_dir / job["id"]
             resumed = (run_dir / "checkpoints" / "latest").is_file()
             (run_dir / "result.json").unlink(missing_ok=True)
-            log_file = (run_dir / "worker.log").open("ab")
-            env = {**os.environ, "AGENTRFT_SERVICE_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
-            process = subprocess.Popen([sys.executable, "-m", self.worker_module, str(run_dir)], stdout=log_file, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            process = self.spawn(run_dir)
             with self._lock:
-                self._running[job["id"]] = Worker(job["id"], process, log_file)
+                self._running[job["id"]] = Worker(job["id"], process)
             self.store.add_event(job["id"], "Fine-tuning job resumed from its last checkpoint" if resumed else "Fine-tuning job started")
             now = self.store.job(job["id"])
             if now is not None and now["status"] != "running":  # cancelled or paused while starting
                 with self._lock:
                     self._stop_requests[job["id"]] = now["status"]
 
-    def _kill(self, worker: Worker) -> None:
-        """SIGTERM to the worker's process group, SIGKILL after a grace period."""
-        proc = worker.process
-        for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
-            if proc.poll() is not None:
-                break
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-        if not worker.log_file.closed:
-            worker.log_file.close()
+    def spawn(self, run_dir: Path) -> JobProcess:
+        """Start one job's worker (the Ray executor overrides this)."""
+        return LocalProcess(self.worker_module, run_dir)
 
     # -- metrics -> events ---------------------------------------------------------------
     def ingest_metrics(self, job_id: str) -> None:
