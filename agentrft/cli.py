@@ -76,7 +76,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     assert spec is not None and spec.loader is not None
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
-    demo.run(Path(args.out or "runs/demo"), steps=args.steps, seed=args.seed, job_path=Path(args.job) if args.job else None)
+    job_path = Path(args.job) if args.job else None
+    if args.seeds:
+        demo.run_seeds(Path(args.out or "runs/demo-seeds"), args.seeds, steps=args.steps, job_path=job_path)
+    else:
+        demo.run(Path(args.out or "runs/demo"), steps=args.steps, seed=args.seed, job_path=job_path)
     return 0
 
 
@@ -88,7 +92,8 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     serve_model(args.model, host=args.host, port=args.port, base=args.base, name=args.served_model_name,
-                max_batch=args.max_batch, default_max_tokens=args.default_max_tokens, device=args.device, dtype=args.dtype)
+                max_batch=args.max_batch, default_max_tokens=args.default_max_tokens, device=args.device, dtype=args.dtype,
+                max_body_bytes=int(args.max_body_mb * (1 << 20)))
     return 0
 
 
@@ -119,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     sv.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="auto (default): bf16 where the CPU or GPU computes it natively, else fp32")
     sv.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice; 1 is often faster on a busy machine)")
+    sv.add_argument("--max-body-mb", type=float, default=16, help="larger request bodies get 413 (default 16)")
     sv.set_defaults(func=cmd_serve_model)
 
     t = sub.add_parser("train", help="RL-train the job's model on its tools and grader")
@@ -132,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     d.add_argument("--seed", type=int, default=None, help="default: the recipe's")
     d.add_argument("--job", default=None, help="a variant of the recipe's job, e.g. recipes/file_selection/job_v6.yaml (default: its job.yaml)")
+    d.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                   help="run the whole demo once per seed and report the mean gain with a 95%% interval (e.g. --seeds 1 2 3)")
     d.set_defaults(func=cmd_demo)
 
     add_evaluate_commands(sub)

@@ -2,9 +2,12 @@
 
 Requests that arrive while the model is busy are batched into one `policy.sample` call by
 the rollout engine's `BatchedSampler` (requests with equal sampling params share a batch;
-a request's `n` choices always do). Sampling runs in a worker thread, so the event loop
-keeps accepting requests meanwhile. A request's `seed` gives each of its choices its own
-random stream, so a seeded request gets the same reply however it was batched.
+a request's `n` choices always do). Parsing, tokenizing and sampling run in worker
+threads, so the event loop keeps answering (`/health` included) while a huge prompt is
+tokenized. Bodies over `max_body_bytes` (16 MiB) get 413. A request's `seed` gives each of
+its choices its own random stream, so a seeded request gets the same reply however it was
+batched. `stream=true` sends the reply as OpenAI's chunk events once it is complete: the
+batched sampler produces whole replies, so the chunks come together at the end.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentrft.policy import Completion, SamplingParams
 from agentrft.policy.models import DEFAULT_MODEL
@@ -26,16 +31,30 @@ from agentrft.rollout.context import ChatRenderer
 from agentrft.serve.protocol import (
     ChatRequest,
     RequestError,
+    ToolUse,
     choice,
     completion_body,
     model_card,
     parse_request,
+    stream_chunks,
     template_messages,
     tool_use,
 )
 from agentrft.types import Item
 
 log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request read into what sampling needs."""
+
+    prompt: list[int]
+    tools: ToolUse
+    max_new: int
+    params: SamplingParams
+    seeds: list[int | None]
 
 
 class ChatService:
@@ -63,6 +82,27 @@ class ChatService:
         return prefill + text
 
     async def complete(self, req: ChatRequest) -> dict[str, Any]:
+        """The `chat.completion` body for `req` (raises RequestError for a bad request)."""
+        p = await asyncio.to_thread(self.prepare, req)  # tokenizing a long prompt takes seconds
+        t0 = time.perf_counter()
+        completions = await asyncio.gather(*(self.sampler.sample(p.prompt, p.max_new, seed, p.params) for seed in p.seeds))
+        choices = [choice(i, self.reply_text(c, p.tools.prefill), c, p.tools) for i, c in enumerate(completions)]
+        sampled = sum(len(c.tokens) for c in completions)
+        log.info("n=%d prompt=%d sampled=%d in %.2fs", req.n, len(p.prompt), sampled, time.perf_counter() - t0)
+        return completion_body(self.model_name, choices, len(p.prompt), sampled)
+
+    def prepare(self, req: ChatRequest) -> Prepared:
+        """Check and tokenize a request (blocking: call it from a worker thread). Anything
+        the request's fields make fail is the request's fault: a 400, never a 500."""
+        try:
+            return self._prepare(req)
+        except RequestError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            log.warning("malformed request", exc_info=True)
+            raise RequestError(f"malformed request: {type(exc).__name__}: {exc}") from None
+
+    def _prepare(self, req: ChatRequest) -> Prepared:
         if req.model != self.model_name:
             raise RequestError(f"The model {req.model!r} does not exist here: this server serves {self.model_name!r}", "model", "model_not_found", 404)
         tools = tool_use(req)
@@ -77,22 +117,48 @@ class ChatService:
             )
         max_new = asked if asked is not None else min(self.default_max_tokens, room)
         params = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_tokens=max_new, stop=req.stop_strings, min_tokens=req.min_tokens)
-        seeds = [None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)]
-        t0 = time.perf_counter()
-        completions = await asyncio.gather(*(self.sampler.sample(prompt, max_new, seed, params) for seed in seeds))
-        choices = [choice(i, self.reply_text(c, tools.prefill), c, tools) for i, c in enumerate(completions)]
-        sampled = sum(len(c.tokens) for c in completions)
-        log.info("n=%d prompt=%d sampled=%d in %.2fs", req.n, len(prompt), sampled, time.perf_counter() - t0)
-        return completion_body(self.model_name, choices, len(prompt), sampled)
+        seeds: list[int | None] = [None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)]
+        return Prepared(prompt, tools, max_new, params, seeds)
 
 
 def choice_seed(seed: int, index: int) -> int:
     """The random stream of choice `index` of a request with `seed`: its own, so the reply
-    is the same whatever else is batched with it, and choices differ from each other."""
-    return seed * 1_000_003 + index * 104_729
+    is the same whatever else is batched with it, and choices differ from each other.
+    Kept within a non-negative int64, which every generator accepts."""
+    return (seed * 1_000_003 + index * 104_729) % (1 << 63)
 
 
-def create_app(policy: Any, model_name: str, *, max_batch: int = 32, default_max_tokens: int = 512) -> FastAPI:
+def parse_body(raw: bytes) -> ChatRequest:
+    """The request in a raw body (blocking for a large one: call it from a worker thread)."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+    return parse_request(body)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, or a 413 RequestError as soon as it is known to pass `limit` bytes."""
+    declared = request.headers.get("content-length")
+    too_large = RequestError(f"the request body is over the {limit >> 20} MiB limit", None, "request_too_large", 413)
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def sse(chunks: list[dict[str, Any]]) -> Iterator[bytes]:
+    for c in chunks:
+        yield b"data: " + json.dumps(c, ensure_ascii=False).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+def create_app(policy: Any, model_name: str, *, max_batch: int = 32, default_max_tokens: int = 512, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI app. `model_name` is the one id requests must name (`GET /v1/models`)."""
     service = ChatService(policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens)
     app = FastAPI(title="agentrft serve-model", docs_url=None, redoc_url=None)
@@ -117,12 +183,13 @@ def create_app(policy: Any, model_name: str, *, max_batch: int = 32, default_max
         return model_card(model_name, service.created)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> dict[str, Any]:
-        try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RequestError(f"the request body is not valid JSON: {exc}") from None
-        return await service.complete(parse_request(body))
+    async def chat_completions(request: Request) -> Any:
+        req = await asyncio.to_thread(parse_body, await read_body(request, max_body_bytes))
+        body = await service.complete(req)  # errors come before any chunk, as plain JSON
+        if not req.stream:
+            return body
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        return StreamingResponse(sse(stream_chunks(body, include_usage)), media_type="text/event-stream")
 
     return app
 
@@ -136,7 +203,7 @@ def served_name(ref: str) -> str:
 
 
 def serve_model(ref: str, *, host: str = "127.0.0.1", port: int = 8000, base: str | None = None, name: str | None = None,
-                max_batch: int = 32, default_max_tokens: int = 512, device: str = "auto", dtype: str = "auto") -> None:
+                max_batch: int = 32, default_max_tokens: int = 512, device: str = "auto", dtype: str = "auto", max_body_bytes: int = MAX_BODY_BYTES) -> None:
     """Load `ref` (see `agentrft.policy.load`) and serve it until interrupted."""
     import uvicorn
 
@@ -144,7 +211,7 @@ def serve_model(ref: str, *, host: str = "127.0.0.1", port: int = 8000, base: st
 
     policy = load_policy(ref, base=base, device=device, dtype=dtype)
     model_name = name or served_name(ref)
-    app = create_app(policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens)
+    app = create_app(policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens, max_body_bytes=max_body_bytes)
     print(f"serving {model_name!r} ({ref}) on http://{host}:{port}/v1  (OpenAI-compatible chat completions)", flush=True)
     print(f"precision: {policy.precision}", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

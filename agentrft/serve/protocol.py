@@ -1,7 +1,9 @@
 """OpenAI chat-completions shapes for `agentrft serve-model`.
 
 Reads a request into what sampling needs (template messages, tool specs, params, prefill)
-and writes replies, usage and errors the way the official `openai` client expects them.
+and writes replies, usage and errors the way the official `openai` client expects them:
+whole replies, or with `stream=true` the same reply as `chat.completion.chunk` events
+(`stream_chunks`). Every malformed field is a RequestError (400) naming the field.
 Tool calls travel in agentrft's format (`agentrft.policy.tool_format`): an assistant
 message's `tool_calls` are written back into its text as `<tool_call>` blocks, and a
 reply's blocks come back out as `tool_calls` only when every one of them parses and
@@ -30,6 +32,8 @@ from agentrft.policy.tool_format import (
 )
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
+INT64 = 2**63
+STREAM_PIECE_CHARS = 64  # content is streamed in pieces of at most this many characters
 
 
 class RequestError(Exception):
@@ -42,6 +46,12 @@ class RequestError(Exception):
     def body(self) -> dict[str, Any]:
         kind = {404: "not_found_error"}.get(self.status, "invalid_request_error" if self.status < 500 else "server_error")
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
 
 
 class ChatRequest(BaseModel):
@@ -60,10 +70,11 @@ class ChatRequest(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-INT64, lt=INT64)
     stop: str | list[str] | None = None
     min_tokens: int = Field(default=0, ge=0)  # vLLM's extra parameter: no stop before this many tokens
     stream: bool = False
+    stream_options: StreamOptions | None = None
     logprobs: bool = False
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -99,8 +110,8 @@ def parse_request(body: Any) -> ChatRequest:
 
 
 def check_supported(req: ChatRequest) -> None:
-    if req.stream:
-        raise RequestError("stream=true is not supported by agentrft serve-model yet; send stream=false", "stream")
+    if req.stream_options is not None and not req.stream:
+        raise RequestError("stream_options is only allowed with stream=true", "stream_options")
     if req.logprobs:
         raise RequestError("logprobs is not supported by agentrft serve-model", "logprobs")
     for name in ("presence_penalty", "frequency_penalty"):
@@ -121,22 +132,27 @@ def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, s
     out: list[dict[str, str]] = []
     for i, m in enumerate(messages):
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise RequestError(f"messages[{i}].role must be one of {sorted(ROLES)}, got {role!r}", f"messages[{i}].role")
         calls = m.get("tool_calls") or []
-        well_formed = isinstance(calls, list) and all(isinstance(c, Mapping) and isinstance(c.get("function"), Mapping) and c["function"].get("name") for c in calls)
-        if role == "assistant" and calls and not well_formed:
-            raise RequestError(f'messages[{i}].tool_calls: each needs {{"id", "type": "function", "function": {{"name", "arguments"}}}}', f"messages[{i}].tool_calls")
+        if role == "assistant" and calls and not (isinstance(calls, list) and all(map(_well_formed_call, calls))):
+            raise RequestError(f'messages[{i}].tool_calls: each needs {{"id", "type": "function", "function": {{"name": <string>, "arguments": <JSON string>}}}}', f"messages[{i}].tool_calls")
         content = m.get("content")
-        text = "" if content is None and (role == "assistant" and calls) else content_text(content)
+        parts_ok = not isinstance(content, list) or all(isinstance(p, Mapping) and isinstance(p.get("text"), str) for p in content)
+        text = "" if content is None and (role == "assistant" and calls) else content_text(content) if parts_ok else None
         if text is None:
             raise RequestError(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
-        if role == "tool" and not m.get("tool_call_id"):
-            raise RequestError(f"messages[{i}]: a tool message needs the tool_call_id of the call it answers", f"messages[{i}].tool_call_id")
+        if role == "tool" and not (isinstance(m.get("tool_call_id"), str) and m["tool_call_id"]):
+            raise RequestError(f"messages[{i}]: a tool message needs the tool_call_id (a string) of the call it answers", f"messages[{i}].tool_call_id")
         if role == "assistant" and calls:
             text = inline_tool_calls(text, calls)
         out.append({"role": "system" if role == "developer" else role, "content": text})
     return out
+
+
+def _well_formed_call(call: Any) -> bool:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    return isinstance(fn, Mapping) and isinstance(fn.get("name"), str) and bool(fn["name"]) and isinstance(fn.get("arguments", "{}"), str)
 
 
 @dataclass(frozen=True)
@@ -171,7 +187,8 @@ def tool_use(req: ChatRequest) -> ToolUse:
         return ToolUse(specs, True, "")
     if choice == "required":
         return ToolUse(specs, True, OPEN)
-    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    fn = choice.get("function") if isinstance(choice, dict) and choice.get("type", "function") == "function" else None
+    name = fn.get("name") if isinstance(fn, dict) else None
     if not isinstance(name, str) or name not in {s.name for s in specs}:
         raise RequestError('tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": <one of tools>}}', "tool_choice")
     return ToolUse(specs, True, OPEN + '{"name": "' + name + '", "arguments": ')
@@ -213,6 +230,34 @@ def completion_body(model: str, choices: list[dict[str, Any]], prompt_tokens: in
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
         "system_fingerprint": None,
     }
+
+
+def stream_chunks(body: Mapping[str, Any], include_usage: bool = False) -> list[dict[str, Any]]:
+    """A finished `chat.completion` as OpenAI's stream of `chat.completion.chunk`s: per
+    choice, the role, the content in pieces, each tool call (id and name, then its
+    arguments) and the finish reason; with `include_usage`, a last chunk with the usage and
+    no choices. Serialise each as `data: <json>` and end with `data: [DONE]`."""
+    head = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"],
+            "system_fingerprint": body.get("system_fingerprint")}
+    usage: dict[str, Any] = {"usage": None} if include_usage else {}
+
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}], **usage}
+
+    chunks = []
+    for c in body["choices"]:
+        i, message = c["index"], c["message"]
+        chunks.append(chunk(i, {"role": "assistant", "content": "", "refusal": None}))
+        content = message.get("content") or ""
+        chunks.extend(chunk(i, {"content": content[at : at + STREAM_PIECE_CHARS]}) for at in range(0, len(content), STREAM_PIECE_CHARS))
+        for k, call in enumerate(message.get("tool_calls") or []):
+            fn = call["function"]
+            chunks.append(chunk(i, {"tool_calls": [{"index": k, "id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": ""}}]}))
+            chunks.append(chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": fn["arguments"]}}]}))
+        chunks.append(chunk(i, {}, c["finish_reason"]))
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": body["usage"]})
+    return chunks
 
 
 def model_card(model: str, created: int) -> dict[str, Any]:

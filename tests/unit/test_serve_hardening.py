@@ -1,0 +1,116 @@
+"""serve-model under load and hostile input: a request-size cap (413), a 5 MiB prompt
+tokenized off the event loop (so /health stays prompt), and `stream=true` in OpenAI's chunk
+format, text and tool calls, read by the official `openai` SDK."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from agentrft.serve.app import create_app
+from agentrft.tools.envkit import serve_in_thread
+from tests.conftest import ScriptedPolicy
+from tests.unit.test_serve_protocol import MODEL, WEATHER, respond
+
+
+@pytest.fixture(scope="module")
+def base_url(tokenizer: Any) -> Iterator[str]:
+    policy = ScriptedPolicy(tokenizer, respond, context_window=2048)
+    with serve_in_thread(create_app(policy, MODEL, max_body_bytes=8 << 20)) as url:
+        yield url
+
+
+@pytest.fixture
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_bodies_over_the_cap_get_413(base_url: str) -> None:
+    big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * (9 << 20)}]}
+    reply = httpx.post(base_url + "/v1/chat/completions", json=big, timeout=60)
+    assert reply.status_code == 413
+    assert reply.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_5_mib_prompt_does_not_stall_health(base_url: str) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello world " * (5 * (1 << 20) // 12)}]}
+    result: dict[str, Any] = {}
+
+    def send() -> None:
+        result["reply"] = httpx.post(base_url + "/v1/chat/completions", json=body, timeout=120)
+
+    worker = threading.Thread(target=send)
+    with httpx.Client(base_url=base_url, timeout=10) as h:
+        h.get("/health")  # connection warm
+        worker.start()
+        latencies = []
+        while worker.is_alive():
+            t0 = time.perf_counter()
+            assert h.get("/health").status_code == 200
+            latencies.append(time.perf_counter() - t0)
+            time.sleep(0.02)
+    worker.join()
+    assert result["reply"].status_code == 400  # far past the context window: refused, after tokenizing
+    assert result["reply"].json()["error"]["code"] == "context_length_exceeded"
+    assert len(latencies) >= 5, "the big request finished too fast to measure"
+    assert max(latencies) < 0.1, f"/health stalled {max(latencies):.2f}s"
+
+
+def test_streaming_text_with_the_sdk(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "sunny"}], stream=True,
+                                            stream_options={"include_usage": True}, n=2)
+    text: dict[int, str] = {0: "", 1: ""}
+    finish: dict[int, str | None] = {}
+    usage = None
+    ids = set()
+    for chunk in stream:
+        assert chunk.object == "chat.completion.chunk" and chunk.model == MODEL
+        ids.add(chunk.id)
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            text[c.index] += c.delta.content or ""
+            if c.finish_reason:
+                finish[c.index] = c.finish_reason
+    assert text == {0: "It is sunny in Paris.", 1: "It is sunny in Paris."}
+    assert finish == {0: "stop", 1: "stop"}
+    assert len(ids) == 1
+    assert usage is not None and usage.completion_tokens > 0 and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_streaming_tool_calls_with_the_sdk(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "two calls"}]
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for chunk in client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], stream=True):
+        for c in chunk.choices:
+            for d in c.delta.tool_calls or []:
+                entry = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+                entry["id"] += d.id or ""
+                entry["name"] += (d.function.name or "") if d.function else ""
+                entry["arguments"] += (d.function.arguments or "") if d.function else ""
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    assert [json.loads(calls[i]["arguments"])["city"] for i in sorted(calls)] == ["Paris", "Lima"]
+    assert all(c["name"] == "get_weather" and c["id"].startswith("call_") for c in calls.values())
+
+    # the SDK's own accumulator reads the same stream into a whole completion
+    with client.chat.completions.stream(model=MODEL, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER]) as s:
+        final = s.get_final_completion()
+    (choice,) = final.choices
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Let me check. "
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == {"city": "Paris"}
+
+
+def test_stream_errors_are_plain_json(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "robot", "content": "x"}], stream=True)
+    assert info.value.body["param"] == "messages[0].role"
