@@ -16,12 +16,14 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from agentrft.errors import ConfigError
 from agentrft.serve.protocol import RequestError
 from agentrft.service.executor import LocalExecutor
 from agentrft.service.state import ServiceState
@@ -31,25 +33,35 @@ log = logging.getLogger(__name__)
 
 
 def create_app(data_dir: str | Path, *, api_keys: frozenset[str] = frozenset(), workers: int = 1,
-               worker_module: str = "agentrft.service.worker", poll_s: float = 0.5) -> FastAPI:
+               worker_module: str = "agentrft.service.worker", poll_s: float = 0.5,
+               executor: str = "local", ray_address: str | None = None) -> FastAPI:
     """The app over `data_dir` (created if missing). Workers start with the app's lifespan
-    and stop with it; jobs left running resume on the next start."""
+    and stop with it; jobs left running resume on the next start. `executor` is "local"
+    (worker processes here) or "ray" (Ray tasks, `ray_address` or a local Ray)."""
     from agentrft.service import dashboard, files, graders, jobs, models
 
     data = Path(data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)
     store = Store(data / "service.db")
-    executor = LocalExecutor(store, data / "jobs", workers=workers, worker_module=worker_module,
-                             validate_files=jobs.validate_job_files(data / "jobs"), poll_s=poll_s)
-    state = ServiceState(data, store, executor, api_keys)
+    options: dict[str, Any] = {"workers": workers, "worker_module": worker_module, "poll_s": poll_s,
+                               "validate_files": jobs.validate_job_files(data / "jobs")}
+    if executor == "ray":
+        from agentrft.service.ray_executor import RayExecutor
+
+        runner: LocalExecutor = RayExecutor(store, data / "jobs", address=ray_address, **options)
+    elif executor == "local":
+        runner = LocalExecutor(store, data / "jobs", **options)
+    else:
+        raise ConfigError(f"unknown executor {executor!r}: local or ray")
+    state = ServiceState(data, store, runner, api_keys)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        executor.start()
+        runner.start()
         try:
             yield
         finally:
-            executor.shutdown()
+            runner.shutdown()
             store.close()
 
     app = FastAPI(title="agentrft service", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
