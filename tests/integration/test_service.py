@@ -41,12 +41,12 @@ def free_port() -> int:
 class ServiceProcess:
     """`agentrft serve` as a user starts it, in its own process."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, *extra_args: str) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "AGENTRFT_API_KEYS": KEY, "PYTHONUNBUFFERED": "1"}
         self.log = (data_dir.parent / f"serve-{self.port}-{time.monotonic_ns()}.log").open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentrft.cli", "serve", "--data-dir", str(data_dir), "--port", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "agentrft.cli", "serve", "--data-dir", str(data_dir), "--port", str(self.port), *extra_args],
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
@@ -103,7 +103,10 @@ def wait_for(client, job_id: str, statuses: set[str], timeout_s: float):  # type
         time.sleep(0.5)
 
 
-def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str) -> None:
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str, executor: str) -> None:
+    if executor == "ray":
+        pytest.importorskip("ray")
     spec = yaml.safe_load((QUICKSTART / "job.yaml").read_text())
     rl = spec["method"]["reinforcement"]
     tools = [{**t, "server_url": tool_server + t["server_url"]} for t in rl["tools"]]
@@ -116,7 +119,7 @@ def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str) -> 
     val_rows = (QUICKSTART / "val.jsonl").read_text().splitlines()[:1]
     (tmp_path / "val.jsonl").write_text("\n".join(val_rows) + "\n")
 
-    service = ServiceProcess(tmp_path / "data")
+    service = ServiceProcess(tmp_path / "data", None, "--executor", executor)
     try:
         with service.client() as client:
             train_file = client.files.create(file=(QUICKSTART / "train.jsonl").open("rb"), purpose="fine-tune")
