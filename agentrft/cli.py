@@ -172,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     except AgentRFTError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # not one of ours: one line here, the traceback with -v
+        if args.verbose:
+            raise
+        print(f"error: {type(exc).__name__}: {exc} (run again with -v for the traceback)", file=sys.stderr)
+        return 1
     finally:
         os.umask(old_umask)
 

@@ -37,13 +37,32 @@ def fix_for(err: Mapping[str, Any], unknown_top_level: str | None = None) -> str
     return "correct the value"
 
 
-def load_mapping_file(path: str | Path, what: str) -> Any:
-    """The parsed content of a JSON file (`.json`) or a YAML file (anything else). Raises
-    ConfigError naming the file when it is missing or does not parse."""
+def not_utf8(where: str | Path, data: bytes, exc: UnicodeDecodeError) -> str:
+    """The message for bytes that are not UTF-8: where (the line in `data`) and the fix."""
+    line = data[: exc.start].count(b"\n") + 1
+    return f"{where}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}) -> save the file as UTF-8"
+
+
+def read_text_file(path: str | Path, what: str) -> str:
+    """The text of a UTF-8 file (a byte-order mark is dropped). Raises ConfigError naming
+    the file, and the line, when it is missing, a directory or not UTF-8."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory -> give the {what} file")
     if not path.is_file():
         raise ConfigError(f"{path}: {what} file not found")
-    text = path.read_text()
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(not_utf8(path, data, exc)) from None
+
+
+def load_mapping_file(path: str | Path, what: str) -> Any:
+    """The parsed content of a JSON file (`.json`) or a YAML file (anything else). Raises
+    ConfigError naming the file when it is missing, not UTF-8 or does not parse."""
+    path = Path(path)
+    text = read_text_file(path, what)
     is_json = path.suffix == ".json"
     try:
         return json.loads(text) if is_json else yaml.safe_load(text)

@@ -60,11 +60,16 @@ def load_dataset(path: str | Path, limit: int | None = None) -> list[Item]:
         raise ConfigError(f"{path}: dataset file not found")
     items: list[Item] = []
     problems: list[str] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                line = ""
+                problems.append(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x}) -> save the file as UTF-8")
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -77,6 +82,8 @@ def load_dataset(path: str | Path, limit: int | None = None) -> list[Item]:
             if len(problems) >= MAX_REPORTED:
                 problems.append("(stopped after 20 problems)")
                 break
+    if len(problems) == 1:  # one line that names the file, the line and the fix
+        raise ConfigError(problems[0])
     if problems:
         raise ConfigError(f"{path}: {len(problems)} bad line(s)\n  " + "\n  ".join(problems))
     if not items:

@@ -16,16 +16,16 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
+from agentrft.config import read_text_file
 from agentrft.errors import ConfigError
 
 
 def _read_sample(path: str) -> dict[str, Any]:
     from agentrft.graders.sample import sample_from_text
 
-    text = Path(path).read_text() if path != "-" else sys.stdin.read()
+    text = read_text_file(path, "sample") if path != "-" else sys.stdin.read()
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -43,9 +43,9 @@ def _read_item(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the item as JSON: {exc}") from None
+        data = json.loads(read_text_file(path, "item"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}) -> the item is one JSON object (a dataset row without `messages`)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an item is a JSON object (a dataset row without `messages`)")
     return {k: v for k, v in data.items() if k != "messages"}
@@ -64,6 +64,16 @@ def _judge_config(args: argparse.Namespace) -> Any:
         if value is not None:
             base[key] = value
     return JudgeConfig.model_validate(base)
+
+
+def _in_file(path: str, build: Any) -> Any:
+    """`build()`, with the grader file named in front of a field error (`grader.x: ...`)."""
+    try:
+        return build()
+    except ConfigError as exc:
+        if str(exc).startswith(str(path)):
+            raise
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def _sandbox_limits(args: argparse.Namespace) -> Any:
@@ -102,7 +112,7 @@ def run_response(grader: Any, grade: Any) -> dict[str, Any]:
 def cmd_validate(args: argparse.Namespace) -> int:
     from agentrft.graders.build import load_grader_spec, validate_grader
 
-    grader = validate_grader(load_grader_spec(args.grader))
+    grader = _in_file(args.grader, lambda: validate_grader(load_grader_spec(args.grader)))
     print(f"valid: {grader.type} grader {grader.name!r}")
     return 0
 
@@ -110,7 +120,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from agentrft.graders.build import build_grader, load_grader_spec
 
-    grader = build_grader(load_grader_spec(args.grader), judge=_judge_config(args), python_limits=_sandbox_limits(args))
+    grader = _in_file(args.grader, lambda: build_grader(load_grader_spec(args.grader), judge=_judge_config(args), python_limits=_sandbox_limits(args)))
     sample = _read_sample(args.sample) if args.sample else None
     if sample is None:
         from agentrft.graders.sample import sample_from_text

@@ -55,6 +55,10 @@ FUNCTIONS: dict[str, tuple[Callable[..., float], int | None]] = {  # name -> (fn
 _TOKEN = re.compile(r"\s*(?:(\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|([A-Za-z_][A-Za-z0-9_]*)|(\S))")
 
 
+MAX_NESTING = 100  # parentheses, calls, signs and powers inside each other
+MAX_TOKENS = 1000
+
+
 class FormulaError(ArithmeticError):
     """A math error while evaluating a valid formula."""
 
@@ -66,12 +70,15 @@ class Formula:
         self.text = text
         self._where = where
         self._tokens = self._lex(text)
+        if len(self._tokens) > MAX_TOKENS:
+            raise ConfigError(f"{where}: the formula has {len(self._tokens)} tokens, over {MAX_TOKENS}; combine sub-scores in a nested multi grader instead")
         self._pos = 0
+        self._depth = 0
         self.tree = self._expr()
         if (extra := self._peek()) is not None:
             self._fail(f"unexpected {extra[1]!r}")
         self.names = frozenset(self._names(self.tree))
-        del self._tokens, self._pos
+        del self._tokens, self._pos, self._depth
 
     # -- lexing and parsing ---------------------------------------------------------------
     def _lex(self, text: str) -> list[tuple[str, str, int]]:
@@ -102,7 +109,8 @@ class Formula:
     def _fail(self, why: str) -> None:
         tok = self._peek()
         col = tok[2] + 1 if tok else len(self.text) + 1
-        raise ConfigError(f"{self._where}: {why} at column {col} of {self.text!r}")
+        shown = self.text if len(self.text) <= 120 else self.text[:117] + "..."
+        raise ConfigError(f"{self._where}: {why} at column {col} of {shown!r}")
 
     def _expr(self) -> Any:
         node = self._term()
@@ -117,11 +125,18 @@ class Formula:
         return node
 
     def _unary(self) -> Any:
-        if self._take("-"):
-            return ("neg", self._unary())
-        if self._take("+"):
-            return self._unary()
-        return self._power()
+        # every level of nesting passes here: bound it before Python's recursion limit does
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                self._fail(f"the formula is nested more than {MAX_NESTING} levels deep; simplify it")
+            if self._take("-"):
+                return ("neg", self._unary())
+            if self._take("+"):
+                return self._unary()
+            return self._power()
+        finally:
+            self._depth -= 1
 
     def _power(self) -> Any:
         base = self._atom()
