@@ -263,7 +263,9 @@ def _hand_over(workdir: Path, uid: int) -> None:
 
 
 async def run_sandboxed(argv: Sequence[str], workdir: Path, limits: Limits, env: dict[str, str] | None = None) -> Result:
-    """Run `argv` in a sandbox whose only writable directory is `workdir`."""
+    """Run `argv` in a sandbox whose only writable directory is `workdir`. Started by root,
+    `workdir` and everything in it are handed to the sandbox's uid first: give it a
+    directory made for the run (a copy of a workspace, not the original)."""
     prot = protection()
     uid = _sandbox_uid() if prot.drops_root else None
     cmd = bwrap_argv(workdir, argv, uid)
