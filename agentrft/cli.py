@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from agentrft.data.commands import add_commands as add_data_commands
-from agentrft.errors import AgentRFTError
+from agentrft.errors import AgentRFTError, ConfigError
 from agentrft.evaluate.commands import add_commands as add_evaluate_commands
 from agentrft.graders.commands import add_commands as add_grader_commands
 from agentrft.service.commands import add_commands as add_service_commands
@@ -66,21 +66,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The file-selection recipe end to end (recipes/file_selection/demo.py)."""
-    import importlib.util
+    """A recipe end to end (recipes/NAME/demo.py; file selection by default)."""
+    from agentrft import recipes
 
-    script = Path(__file__).resolve().parent.parent / "recipes" / "file_selection" / "demo.py"
-    if not script.is_file():
-        raise AgentRFTError(f"{script} not found: the demo runs from a checkout of the agentrft repository")
-    spec = importlib.util.spec_from_file_location("agentrft_demo", script)
-    assert spec is not None and spec.loader is not None
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
+    demo = recipes.load(args.name)
     job_path = Path(args.job) if args.job else None
     if args.seeds:
-        demo.run_seeds(Path(args.out or "runs/demo-seeds"), args.seeds, steps=args.steps, job_path=job_path)
+        if not callable(getattr(demo, "run_seeds", None)):
+            raise ConfigError(f"recipe {args.name!r} has no multi-seed run; run it once per --seed")
+        demo.run_seeds(Path(args.out or f"runs/demo-{args.name}-seeds"), args.seeds, steps=args.steps, job_path=job_path)
     else:
-        demo.run(Path(args.out or "runs/demo"), steps=args.steps, seed=args.seed, job_path=job_path)
+        demo.run(Path(args.out or ("runs/demo" if args.name == recipes.DEFAULT else f"runs/demo-{args.name}")), steps=args.steps, seed=args.seed, job_path=job_path)
     return 0
 
 
@@ -133,11 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     t.set_defaults(func=cmd_train)
 
-    d = sub.add_parser("demo", help="the main job on the default model (what `make demo` runs)")
+    d = sub.add_parser("demo", help="a recipe end to end on the default model (`make demo` runs file_selection)")
+    d.add_argument("name", nargs="?", default="file_selection", help="the recipe: a folder under recipes/ (default file_selection)")
     d.add_argument("--out", default=None, help="output folder (default runs/demo)")
     d.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     d.add_argument("--seed", type=int, default=None, help="default: the recipe's")
-    d.add_argument("--job", default=None, help="a variant of the recipe's job, e.g. recipes/file_selection/job_v6.yaml (default: its job.yaml)")
+    d.add_argument("--job", default=None, help="a variant of the recipe's job, e.g. recipes/file_selection/history/job_v6.yaml (default: its job.yaml)")
     d.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
                    help="run the whole demo once per seed and report the mean gain with a 95%% interval (e.g. --seeds 1 2 3)")
     d.set_defaults(func=cmd_demo)

@@ -33,7 +33,6 @@ def worker(run_dir: Path, steps: int, release: bool) -> None:
     rl = job.rl.model_copy(update={"hyperparameters": job.rl.hyperparameters.model_copy(update={"batch_size": 2})})
     ext = job.agentrft.model_copy(update={"group_size": 4, "train": job.agentrft.train.model_copy(update={"max_steps": steps, "checkpoint_interval": 10**6})})
     job = job.model_copy(update={"seed": 1, "validation_file": None, "method": job.method.model_copy(update={"reinforcement": rl}), "agentrft": ext})
-    job._base_dir, job._source = ROOT / "examples/directory", str(ROOT / "examples/directory/job.yaml")
     train(job, run_dir)
 
 

@@ -5,6 +5,9 @@ it. Sampling n rollouts and estimating the k-sample statistic from all C(n, k) s
 far less noisy than literally drawing k (Chen et al. 2021, "Evaluating Large Language
 Models Trained on Code", for pass@k).
 
+`paired_difference` is the before/after test the recipes report: per-row differences of
+a score, their mean and a 95% t-interval.
+
 Both estimators are exact: binomial coefficients are Python integers and their ratio is
 one correctly rounded division, so nothing overflows or cancels for n in the hundreds
 (or thousands).
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 
 def _check(n: int, k: int) -> None:
@@ -65,3 +70,45 @@ def rewards_by_prompt(records: Iterable[Mapping[str, object]]) -> list[list[floa
             continue
         groups.setdefault(rec.get("row"), []).append(float(reward))
     return list(groups.values())
+
+
+def row_means(records: Iterable[Mapping[str, Any]], score: str | None = None) -> dict[Any, float]:
+    """row -> mean of its graded, non-discarded rollouts' reward, or of sub-score `score`
+    (e.g. "files"): the per-row numbers a paired before/after comparison takes."""
+    groups: dict[Any, list[float]] = {}
+    for rec in records:
+        grade = rec.get("grade") or {}
+        value = rec.get("reward") if score is None else (grade.get("sub_scores") or {}).get(score)
+        if rec.get("discarded") or grade.get("error") or not isinstance(value, int | float):
+            continue
+        groups.setdefault(rec.get("row"), []).append(float(value))
+    return {row: math.fsum(v) / len(v) for row, v in groups.items()}
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """after - before over the rows both evaluated: the mean and its 95% t-interval."""
+
+    n: int
+    mean: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"{self.mean:+.3f} (95% interval {self.low:+.3f} .. {self.high:+.3f}, n={self.n})"
+
+
+def paired_difference(diffs: Sequence[float], confidence: float = 0.95) -> PairedDifference:
+    """Mean of per-row differences and its two-sided t-interval (rows are the unit: each row is
+    scored before and after, so the row-to-row spread cancels out)."""
+    from scipy import stats  # lazy: a plain import of agentrft stays fast
+
+    n = len(diffs)
+    if n == 0:
+        raise ValueError("no rows to compare")
+    mean = math.fsum(diffs) / n
+    if n == 1:
+        return PairedDifference(1, mean, -math.inf, math.inf)
+    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return PairedDifference(n, mean, mean - half, mean + half)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,8 +77,11 @@ class CodeIndex:
 
     def __init__(self, files: Mapping[str, str | None]) -> None:
         """`files`: path -> text (None for a binary or oversized file: its path is indexed)."""
-        self.paths = sorted(files)
-        docs = [words(p) * PATH_WEIGHT + words(files[p] or "") for p in self.paths]
+        self._build({p: words(files[p] or "") for p in files})
+
+    def _build(self, content_words: Mapping[str, list[str]]) -> None:
+        self.paths = sorted(content_words)
+        docs = [words(p) * PATH_WEIGHT + content_words[p] for p in self.paths]
         self._terms = [set(d) for d in docs]
         # An empty corpus or an all-empty document list breaks BM25's averages.
         self._bm25 = BM25Okapi([d or ["\0"] for d in docs]) if docs else None
@@ -111,42 +116,77 @@ class CodeIndex:
                 data = full.read_bytes() if full.stat().st_size <= MAX_FILE_BYTES else b"\0"
             except OSError:
                 continue
-            files[rel] = None if b"\0" in data[:8192] else data.decode("utf-8", errors="replace")
+            files[rel] = _text(data)
         return cls(files)
 
     @classmethod
     def from_git(cls, repo: str | Path, rev: str) -> CodeIndex:
         """Index revision `rev` of `repo`, read with `git ls-tree` and `git cat-file --batch`
-        (no checkout; submodules and symlinks are left out)."""
-        return cls(read_tree(repo, rev))
+        (no checkout; submodules and symlinks are left out). Neighbouring revisions share
+        most files: a file's words are cached by its blob id and read once."""
+        index = cls.__new__(cls)
+        index._build(_tree_words(repo, rev))
+        return index
 
 
-def read_tree(repo: str | Path, rev: str) -> dict[str, str | None]:
-    """path -> text of every regular file of `rev` (None when binary or over MAX_FILE_BYTES)."""
+_BLOB_WORDS: OrderedDict[str, list[str]] = OrderedDict()  # blob id -> words, least recent first
+_BLOB_CACHE_SIZE = 100_000
+_blob_lock = threading.Lock()
+
+
+def _text(data: bytes) -> str | None:
+    return None if b"\0" in data[:8192] else data.decode("utf-8", errors="replace")
+
+
+def _tree(repo: str | Path, rev: str) -> list[tuple[str, str, int]]:
+    """(path, blob id, size) of every regular file of `rev`."""
     listing = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "-z", "-l", rev], capture_output=True, check=False)
     if listing.returncode != 0:
         raise RuntimeError(f"git ls-tree {rev} in {repo}: {listing.stderr.decode(errors='replace').strip()}")
-    blobs: list[tuple[str, str]] = []
-    files: dict[str, str | None] = {}
+    out = []
     for entry in listing.stdout.split(b"\0"):
         if not entry:
             continue
         meta, _, raw_path = entry.partition(b"\t")
         mode, kind, sha, size = meta.split()
-        path = raw_path.decode("utf-8", errors="replace")
-        if kind != b"blob" or mode == b"120000":
-            continue
-        if int(size) > MAX_FILE_BYTES:
-            files[path] = None
-        else:
-            blobs.append((path, sha.decode()))
-    if blobs:
-        out = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="".join(f"{sha}\n" for _, sha in blobs).encode(), capture_output=True, check=True).stdout
-        pos = 0
-        for path, _ in blobs:
-            header_end = out.index(b"\n", pos)
-            size = int(out[pos:header_end].split()[2])
-            data = out[header_end + 1 : header_end + 1 + size]
-            pos = header_end + 1 + size + 1
-            files[path] = None if b"\0" in data[:8192] else data.decode("utf-8", errors="replace")
-    return files
+        if kind == b"blob" and mode != b"120000":
+            out.append((raw_path.decode("utf-8", errors="replace"), sha.decode(), int(size)))
+    return out
+
+
+def _read_blobs(repo: str | Path, shas: list[str]) -> dict[str, bytes]:
+    if not shas:
+        return {}
+    out = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="".join(f"{sha}\n" for sha in shas).encode(), capture_output=True, check=True).stdout
+    blobs, pos = {}, 0
+    for sha in shas:
+        header_end = out.index(b"\n", pos)
+        size = int(out[pos:header_end].split()[2])
+        blobs[sha] = out[header_end + 1 : header_end + 1 + size]
+        pos = header_end + 1 + size + 1
+    return blobs
+
+
+def read_tree(repo: str | Path, rev: str) -> dict[str, str | None]:
+    """path -> text of every regular file of `rev` (None when binary or over MAX_FILE_BYTES)."""
+    tree = _tree(repo, rev)
+    blobs = _read_blobs(repo, [sha for _, sha, size in tree if size <= MAX_FILE_BYTES])
+    return {path: _text(blobs[sha]) if sha in blobs else None for path, sha, _ in tree}
+
+
+def _tree_words(repo: str | Path, rev: str) -> dict[str, list[str]]:
+    """path -> words of the file's text for `rev`, through the blob cache."""
+    tree = _tree(repo, rev)
+    with _blob_lock:
+        missing = sorted({sha for _, sha, size in tree if size <= MAX_FILE_BYTES and sha not in _BLOB_WORDS})
+    fresh = {sha: words(_text(data) or "") for sha, data in _read_blobs(repo, missing).items()}
+    with _blob_lock:
+        _BLOB_WORDS.update(fresh)
+        out = {}
+        for path, sha, _ in tree:
+            if sha in _BLOB_WORDS:
+                _BLOB_WORDS.move_to_end(sha)
+            out[path] = _BLOB_WORDS.get(sha, [])
+        while len(_BLOB_WORDS) > _BLOB_CACHE_SIZE:
+            _BLOB_WORDS.popitem(last=False)
+    return out

@@ -4,7 +4,8 @@
 
 The dataset is built from the history up to PINNED_REV, so every clone builds the same rows
 (later commits do not shift the numbers). Everything lands in one folder (default runs/demo).
-Run it through `make demo` or `agentrft demo [--steps N] [--seed S] [--out DIR]`.
+Run it through `make demo` or `agentrft demo [--steps N] [--seed S] [--out DIR]`, and over
+several seeds with `agentrft demo --seeds 1 2 3` (recipe interface: agentrft.recipes).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agentrft.data import load_dataset
 from agentrft.data.from_git import build_dataset
 from agentrft.errors import ConfigError
 from agentrft.evaluate.commands import evaluate_model, preflight_job, print_compare, print_preflight
+from agentrft.evaluate.estimators import paired_difference, row_means
 from agentrft.evaluate.report import write_report
 from agentrft.job import Job, load_job
 from agentrft.rollout.records import read_jsonl
@@ -45,9 +47,7 @@ def demo_job(data: Path, out: Path, steps: int | None, seed: int | None, job_pat
     }
     if seed is not None:
         update["seed"] = seed
-    new = job.model_copy(update=update)
-    new._base_dir, new._source = job.resolve_path("."), job.source
-    return new
+    return job.model_copy(update=update)  # paths still resolve against the job file's folder
 
 
 def headline(res: dict[str, Any], formula: str) -> dict[str, float]:
@@ -63,6 +63,22 @@ def headline(res: dict[str, Any], formula: str) -> dict[str, float]:
         "sampled tokens per rollout": res["sampled_tokens"]["mean"],
         "invalid tool calls": float(res["invalid_tool_calls"]),
     }
+
+
+def calls_per_turn(records: list[dict[str, Any]]) -> float:
+    """Tool calls per turn that made any (parallel calls in one reply count together)."""
+    counts = [len(t.get("tool_calls") or []) for r in records for t in r.get("turns") or []]
+    with_calls = [c for c in counts if c]
+    return sum(with_calls) / len(with_calls) if with_calls else 0.0
+
+
+def per_row_f1(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
+    """Exact file F1 per held-out row, before and after, and the paired difference."""
+    a, b = row_means(before, "files"), row_means(after, "files")
+    rows = sorted(set(a) & set(b))
+    diff = paired_difference([b[r] - a[r] for r in rows])
+    return {"rows": {str(r): {"before": a[r], "after": b[r]} for r in rows},
+            "difference": {"mean": diff.mean, "low": diff.low, "high": diff.high, "n": diff.n}}
 
 
 def show_best_rollout(records: list[dict[str, Any]], label: str) -> None:
@@ -114,18 +130,48 @@ def run(out: Path, steps: int | None = None, seed: int | None = None, job_path: 
     print_compare(before, after, "base", "trained")
     formula = job.rl.grader.get("calculate_output", job.rl.grader["type"])
     a, b = headline(before, formula), headline(after, formula)
+    base_records, trained_records = read_jsonl(out / "baseline/rollouts.jsonl"), read_jsonl(out / "trained/rollouts.jsonl")
+    a["tool calls per turn"], b["tool calls per turn"] = calls_per_turn(base_records), calls_per_turn(trained_records)
+    paired = per_row_f1(base_records, trained_records)
     summary = {"before": a, "after": b, "preflight": {k: rep[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
                "job": str(job.source), "steps": len(read_metrics(run_dir)), "seed": job.seed, "rows": {"train": len(train_items), "val": len(val_items)},
-               "wall_s": time.perf_counter() - t0}
+               "per_row_file_f1": paired, "wall_s": time.perf_counter() - t0}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     page = write_report(out / "report.html", metrics=read_metrics(run_dir),
-                        before={"summary": before, "rollouts": read_jsonl(out / "baseline/rollouts.jsonl")},
-                        after={"summary": after, "rollouts": read_jsonl(out / "trained/rollouts.jsonl")},
-                        rollouts=read_jsonl(out / "trained/rollouts.jsonl"), title="agentrft demo: file selection")
-    show_best_rollout(read_jsonl(out / "trained/rollouts.jsonl"), "trained model, held-out row")
+                        before={"summary": before, "rollouts": base_records},
+                        after={"summary": after, "rollouts": trained_records},
+                        rollouts=trained_records, title="agentrft demo: file selection")
+    show_best_rollout(trained_records, "trained model, held-out row")
     width = max(map(len, a)) + 2
     console.print(f"\n{'held-out rows':<{width}}{'base':>10}{'trained':>10}")
     for k in a:
         console.print(f"{k:<{width}}{a[k]:>10.3f}{b[k]:>10.3f}")
+    d = paired["difference"]
+    console.print(f"\nexact file F1, trained - base, per held-out row: {d['mean']:+.3f} (95% interval {d['low']:+.3f} .. {d['high']:+.3f}, {d['n']} rows)")
     console.print(f"\nreport: {page}\nall outputs: {out}   ({summary['wall_s'] / 60:.1f} min)")
     return summary
+
+
+def run_seeds(out: Path, seeds: list[int], steps: int | None = None, job_path: Path | None = None) -> dict[str, Any]:
+    """The whole demo once per seed (out/seed-N), then each seed's before/after and the mean
+    gain in exact file F1 with a 95% interval over all per-row differences."""
+    per_seed = {}
+    for seed in seeds:
+        console.rule(f"[bold]seed {seed} ({seeds.index(seed) + 1} of {len(seeds)})")
+        per_seed[seed] = run(out / f"seed-{seed}", steps=steps, seed=seed, job_path=job_path)
+    diffs = [r["after"] - r["before"] for s in per_seed.values() for r in s["per_row_file_f1"]["rows"].values()]
+    pooled = paired_difference(diffs)
+    console.rule("all seeds: exact file F1 on the held-out rows")
+    console.print(f"{'seed':>6}{'base':>10}{'trained':>10}{'gain':>10}   95% interval of the gain (per-row)")
+    for seed, s in per_seed.items():
+        d = s["per_row_file_f1"]["difference"]
+        f1a, f1b = s["before"]["mean file F1"], s["after"]["mean file F1"]
+        console.print(f"{seed:>6}{f1a:>10.3f}{f1b:>10.3f}{f1b - f1a:>+10.3f}   {d['low']:+.3f} .. {d['high']:+.3f}")
+    mean_a = sum(s["before"]["mean file F1"] for s in per_seed.values()) / len(per_seed)
+    mean_b = sum(s["after"]["mean file F1"] for s in per_seed.values()) / len(per_seed)
+    console.print(f"{'mean':>6}{mean_a:>10.3f}{mean_b:>10.3f}{mean_b - mean_a:>+10.3f}   {pooled.low:+.3f} .. {pooled.high:+.3f}  ({pooled.n} row differences)")
+    result = {"seeds": {str(k): v for k, v in per_seed.items()}, "before": mean_a, "after": mean_b,
+              "gain": {"mean": pooled.mean, "low": pooled.low, "high": pooled.high, "n": pooled.n}}
+    (out / "seeds.json").write_text(json.dumps(result, indent=2))
+    console.print(f"wrote {out / 'seeds.json'}")
+    return result

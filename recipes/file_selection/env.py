@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -187,15 +188,27 @@ def _grep_lines(root: Path, start: Path, spec: pathspec.PathSpec | None, rx: Any
 
 
 # -- tools ----------------------------------------------------------------------------------
+_index_lock = threading.Lock()
+_building: dict[tuple[str, str], threading.Lock] = {}
+
+
 @functools.lru_cache(maxsize=16)
+def _built_index(repo: str, commit: str) -> CodeIndex:
+    return CodeIndex.from_git(repo, commit)
+
+
 def _index(repo: str, commit: str) -> CodeIndex:
     """One search index per revision, shared by every rollout on it (read from git: the
-    rollout's workspace is not needed, and the index cannot see other revisions)."""
+    rollout's workspace is not needed, and the index cannot see other revisions). The
+    rollouts of a group search the same revision at once: one builds it, the rest wait."""
     if not _SHA.match(commit or ""):
         raise RuntimeError(f"item field `parent` must be a commit hash, got {commit!r}")
     if not repo or not Path(repo).is_dir():
         raise RuntimeError(f"item field `repo` is not a directory on the environment's machine: {repo!r}")
-    return CodeIndex.from_git(repo, commit)
+    with _index_lock:
+        lock = _building.setdefault((repo, commit), threading.Lock())
+    with lock:
+        return _built_index(repo, commit)
 
 
 @env.tool(

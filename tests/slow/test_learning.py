@@ -25,7 +25,6 @@ OUT = ROOT / "runs" / "slow"
 def run(job_file: str, seed: int, steps: int, name: str) -> list[dict]:
     job = load_job(ROOT / "examples/directory" / job_file)
     job = job.model_copy(update={"seed": seed, "agentrft": job.agentrft.model_copy(update={"train": job.agentrft.train.model_copy(update={"max_steps": steps, "checkpoint_interval": steps})})})
-    job._base_dir, job._source = ROOT / "examples/directory", str(ROOT / "examples/directory" / job_file)
     run_dir = OUT / f"{name}-seed{seed}"
     train(job, run_dir)
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

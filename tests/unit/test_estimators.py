@@ -89,3 +89,30 @@ def test_curve_from_rollout_records() -> None:
     assert curve == {1: pytest.approx((0.5 + 0.5) / 2), 2: pytest.approx((1.0 + 0.5) / 2)}
     assert best_of_k_curve(groups, ks=[1, 5]) == {1: pytest.approx(0.5)}
     assert best_of_k_curve([]) == {}
+
+
+def test_row_means_average_a_rows_graded_rollouts_and_skip_failures():
+    from agentrft.evaluate.estimators import row_means
+
+    recs = [
+        {"row": 0, "reward": 1.0, "grade": {"sub_scores": {"files": 0.5}}},
+        {"row": 0, "reward": 0.0, "grade": {"sub_scores": {"files": 0.0}}},
+        {"row": 1, "reward": 0.3, "grade": {"sub_scores": {"files": 1.0}}},
+        {"row": 1, "reward": 0.9, "discarded": True, "grade": None},
+        {"row": 1, "reward": 0.9, "grade": {"error": "python_grader_runtime_error", "sub_scores": {}}},
+    ]
+    assert row_means(recs) == {0: 0.5, 1: 0.3}
+    assert row_means(recs, "files") == {0: 0.25, 1: 1.0}
+
+
+def test_paired_difference_is_a_t_interval_around_the_mean():
+    from agentrft.evaluate.estimators import paired_difference
+
+    d = paired_difference([0.1, 0.2, 0.3, 0.4])
+    assert d.mean == pytest.approx(0.25) and d.n == 4
+    # sd = 0.1291, t(0.975, 3) = 3.1824: half-width 0.2054
+    assert d.low == pytest.approx(0.25 - 0.2054, abs=1e-3) and d.high == pytest.approx(0.25 + 0.2054, abs=1e-3)
+    assert paired_difference([0.2] * 5).low == pytest.approx(0.2)  # no spread, no width
+    assert "95% interval" in str(d)
+    with pytest.raises(ValueError):
+        paired_difference([])
