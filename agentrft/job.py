@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from agentrft.config import Strict, fix_for, load_mapping_file
 from agentrft.errors import ConfigError
 from agentrft.graders.judge import JudgeConfig
+from agentrft.graders.python import SandboxSpec
 
 Auto = Literal["auto"]
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -183,6 +184,7 @@ class Extension(Strict):
     tool_backoff_s: float = Field(default=0.5, ge=0)
     environment: Environment | None = None
     judge: JudgeConfig | None = None  # where score_model/label_model graders run (agentrft.graders.judge)
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)  # python graders' limits; a grader's own win
     # model and compute
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 where the hardware computes it natively (agentrft.policy.precision)

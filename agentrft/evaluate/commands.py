@@ -57,7 +57,7 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
     from agentrft.runtime import chat_settings_from_job, sampling_params, settings_from_job
     from agentrft.tools.launch import job_environment
 
-    grader = build_grader(job.rl.grader, judge=job.agentrft.judge)
+    grader = build_grader(job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits())
     ext = job.agentrft
     with job_environment(job) as env_url:
         if model and model.startswith(("http://", "https://")):

@@ -13,6 +13,7 @@ flag, and exits 1 when the sample could not be graded.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -85,7 +86,12 @@ def _sandbox_limits(args: argparse.Namespace) -> Any:
     for key, value in given.items():
         if value <= 0:
             raise ConfigError(f"--{key.replace('_', '-')} must be positive, got {value:g}")
-    return Limits(**given)
+    base = Limits()
+    if getattr(args, "job", None):  # the job's agentrft.sandbox, under the flags
+        from agentrft.job import load_job
+
+        base = load_job(args.job).agentrft.sandbox.limits()
+    return dataclasses.replace(base, **given)
 
 
 def run_response(grader: Any, grade: Any) -> dict[str, Any]:
@@ -160,7 +166,7 @@ def add_commands(subparsers: Any) -> None:
     r.add_argument("--item", help="the dataset item as JSON (a row's fields)")
     r.add_argument("--trace-id", default="trace_grader_run", help="sent to endpoint graders")
     r.add_argument("--json", action="store_true", help="print OpenAI's grader-run response as JSON")
-    r.add_argument("--job", help="take the judge settings (agentrft.judge) from this job file")
+    r.add_argument("--job", help="take the judge settings (agentrft.judge) and sandbox limits (agentrft.sandbox) from this job file")
     r.add_argument("--judge-url", help="OpenAI-compatible endpoint for model graders (e.g. http://127.0.0.1:8000/v1)")
     r.add_argument("--judge-model", help="judge model for every model grader (default: the grader's own `model`)")
     r.add_argument("--judge-api-key-env", help="environment variable holding the judge endpoint's API key")

@@ -7,7 +7,8 @@
 Each call runs in a fresh bubblewrap sandbox (see agentrft.sandbox): no network, no
 privileges, a read-only filesystem except its own temporary directory, and CPU-time,
 memory, process and file-size limits (OpenAI's: 2 min, 2 GB, 1 GB by default). The
-grader's `agentrft.sandbox` sets them; `agentrft grader run --cpu-s ...` sets the defaults.
+grader's `agentrft.sandbox` sets them; the job's `agentrft.sandbox` and `agentrft grader run
+--cpu-s ...` set the defaults it overrides.
 The grader sees agentrft's own Python environment (numpy, rapidfuzz, nltk, rouge-score,
 ... as installed), not OpenAI's image.
 
@@ -79,6 +80,10 @@ class SandboxSpec(Strict):
 
     def apply(self, base: Limits) -> Limits:
         return dataclasses.replace(base, **{k: v for k, v in self.model_dump().items() if v is not None})
+
+    def limits(self) -> Limits:
+        """These limits over the defaults (OpenAI's)."""
+        return self.apply(Limits())
 
 
 class PythonExtension(Strict):

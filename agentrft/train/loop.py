@@ -96,7 +96,7 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     """Validate everything first (datasets, grader), then load the model and any checkpoint."""
     train_items = load_dataset(job.training_path)
     val_items = load_dataset(job.validation_path) if job.validation_path else None
-    grader = build_grader(job.rl.grader, judge=job.agentrft.judge)
+    grader = build_grader(job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits())
     hp = resolve_hyperparameters(job, len(train_items))
     ext = job.agentrft
     policy = HFPolicy.load(job.model, ext.device, ext.dtype, for_training=True)

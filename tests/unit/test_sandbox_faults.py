@@ -192,3 +192,22 @@ def test_protection_says_what_holds() -> None:
     text = sandbox.protection().describe()
     assert text.startswith("sandbox: bubblewrap")
     assert ("cgroup v" in text) or ("no cgroup" in text and "per process" in text)
+
+
+def test_limits_come_from_the_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The job's `agentrft.sandbox` sets the defaults of every python grader in it (what
+    training and evaluation build), a grader's own settings win, and the OpenAI part of the
+    job stays as it was."""
+    from agentrft.job import load_job
+
+    grader = {"type": "python", "source": "import time\ndef grade(sample, item):\n    time.sleep(30)\n"}
+    job = {"training_file": "train.jsonl", "method": {"type": "reinforcement", "reinforcement": {"grader": grader}},
+           "agentrft": {"sandbox": {"wall_s": 1, "memory_mb": 300}}}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    assert load_job(path).agentrft.sandbox.limits() == Limits(wall_s=1, memory_mb=300)
+    rc = main(["grader", "run", str(path), "--job", str(path), "--model-sample", "x", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert out["metadata"]["error"] == "python_grader_timeout"
+    assert "wall-clock limit of 1s" in out["metadata"]["metrics"]["error_details"]
