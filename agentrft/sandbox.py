@@ -231,7 +231,8 @@ def _probe() -> Protection | str:
     else:
         group.remove()
         prot = Protection(uid is not None, group.version)
-    log.log(logging.INFO if prot.cgroup and prot.drops_root else logging.WARNING, prot.describe())
+    partial = prot.cgroup is None or (os.geteuid() == 0 and not prot.drops_root)
+    log.log(logging.WARNING if partial else logging.INFO, prot.describe())
     return prot
 
 
@@ -242,6 +243,14 @@ def protection() -> Protection:
     if isinstance(prot, str):
         raise SandboxUnavailable(prot)
     return prot
+
+
+def announce() -> None:
+    """Log once which protection a sandbox gets here (or why none can be built), without
+    raising: for the start of a run, before any untrusted code is due."""
+    prot = _probe()
+    if isinstance(prot, str):
+        log.warning("sandbox unavailable, python graders will refuse to run: %s", prot)
 
 
 def ensure_available() -> None:

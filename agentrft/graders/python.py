@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from agentrft import sandbox
 from agentrft.errors import ConfigError
 from agentrft.graders.protocol import agrade_safely, checked_score, failed, run_sync
 from agentrft.graders.spec import BuildContext, Strict
@@ -156,6 +157,8 @@ class PythonGrader:
 
 def build(spec: PythonSpec, path: str, ctx: BuildContext) -> PythonGrader:
     check_source(spec.source, f"{path}.source")
+    if ctx.check_resources:
+        sandbox.announce()  # at the start of a run: which protections hold here
     limits = ctx.python_limits or Limits()
     if spec.agentrft is not None:  # the grader's own limits win over the caller's defaults
         limits = spec.agentrft.sandbox.apply(limits)
