@@ -159,7 +159,7 @@ def job_object(state: ServiceState, row: dict[str, Any]) -> dict[str, Any]:
         "fine_tuned_model": row["fine_tuned_model"] if succeeded else None,
         "finished_at": row["finished_at"], "hyperparameters": hyper,
         "model": req.get("model") or _default_model(), "organization_id": ORGANIZATION, "result_files": [],
-        "seed": int(req.get("seed") or 0), "status": row["status"], "trained_tokens": None,
+        "seed": int(req.get("seed") or 0), "status": row["status"], "trained_tokens": _trained_tokens(state.jobs_dir / row["id"]) if succeeded else None,
         "training_file": req.get("training_file"), "validation_file": req.get("validation_file"),
         "estimated_finish": None, "integrations": req.get("integrations"), "metadata": req.get("metadata"),
         "method": {**method, "type": method.get("type", "reinforcement")}, "user_provided_suffix": req.get("suffix"),
@@ -171,6 +171,11 @@ def _default_model() -> str:
     from agentrft.job import DEFAULT_MODEL
 
     return DEFAULT_MODEL
+
+
+def _trained_tokens(run_dir: Path) -> int:
+    """Tokens the updates trained on, over all steps (`train/tokens` in metrics.jsonl)."""
+    return int(sum(float(m.get("train/tokens", 0)) for m in read_metrics_by_step(run_dir).values()))
 
 
 def _resolved(run_dir: Path) -> dict[str, Any]:
@@ -292,8 +297,9 @@ async def resume_job(request: Request, job_id: str) -> dict[str, Any]:
         raise RequestError(f"Cannot resume a job whose status is {row['status']!r}; only a paused job resumes", None, "invalid_job_state")
     if state.store.set_status(job_id, "queued", only_from=("paused",)):
         state.store.add_event(job_id, "Fine-tuning job resumed; it continues from its last checkpoint")
+    resumed = job_object(state, state.store.job(job_id) or row)  # as queued, before a worker may pick it up
     state.executor.poke()
-    return job_object(state, state.store.job(job_id) or row)
+    return resumed
 
 
 @router.get("/v1/fine_tuning/jobs/{job_id}/events")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ class ServiceState:
     executor: LocalExecutor
     api_keys: frozenset[str]
     chat: Any = None  # agentrft.service.models.ChatModels, made on first use
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def files_dir(self) -> Path:
