@@ -171,11 +171,14 @@ def bwrap_argv(workdir: Path, argv: Sequence[str], uid: int | None = None) -> li
         raise SandboxUnavailable(f"untrusted code runs only inside bubblewrap, which is not installed. Install it:\n  {INSTALL_HINT}")
     w = str(workdir)
     hidden, visible = _hidden_and_visible(workdir, argv, uid is not None)
-    cover = [arg for d in hidden for arg in (["--perms", "1777"] if d == "/tmp" else []) + ["--tmpfs", d]]
+    drop = uid is not None
+    # as root, /tmp must be writable by the sandbox uid (--perms needs bubblewrap >= 0.6; a
+    # user's own sandbox keeps the plain tmpfs it owns, which older versions build too)
+    cover = [arg for d in hidden for arg in (["--perms", "1777"] if d == "/tmp" and drop else []) + ["--tmpfs", d]]
     keep = [arg for d in visible for arg in ("--ro-bind", d, d)]
-    # bwrap would create the directories leading to a bind as 0700: the sandbox uid must pass
+    # as root, bwrap creates the directories leading to a bind as 0700: the sandbox uid must pass
     steps = sorted({str(a) for d in [*visible, w] for a in Path(d).parents
-                    if any(Path(h) in a.parents for h in hidden)})
+                    if any(Path(h) in a.parents for h in hidden)}) if drop else []
     paths = [arg for d in steps for arg in ("--perms", "0755", "--dir", d)]
     if uid is None:
         namespaces = ["--unshare-all", "--cap-drop", "ALL"]
