@@ -80,6 +80,9 @@ def check_dataset(filename: str, data: bytes) -> int:
 async def create_file(request: Request) -> dict[str, Any]:
     owner = caller(request)
     state = state_of(request)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES:  # refused before it is read into memory
+        raise RequestError(f"files are limited to {MAX_UPLOAD_BYTES // 2**20} MiB", "file", "file_too_large", 413)
     body = await request.body()
     if len(body) > MAX_UPLOAD_BYTES:
         raise RequestError(f"files are limited to {MAX_UPLOAD_BYTES // 2**20} MiB", "file", "file_too_large", 413)
