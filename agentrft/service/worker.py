@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -36,6 +37,11 @@ def die_with_parent(parent_pid: int | None) -> None:
             pass
     if parent_pid is not None and os.getppid() != parent_pid:  # the server died before prctl
         os._exit(1)
+
+
+def error_code(exc: BaseException) -> str:
+    """OpenAI's error codes are snake_case: TrainingAborted -> training_aborted."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(exc).__name__).lower()
 
 
 def write_result(run_dir: Path, result: dict[str, Any]) -> None:
@@ -66,7 +72,7 @@ def run(run_dir: Path) -> int:
     try:
         train(job, run_dir, resume=resume)
     except AgentRFTError as exc:
-        write_result(run_dir, {"error": {"code": type(exc).__name__, "message": str(exc)}})
+        write_result(run_dir, {"error": {"code": error_code(exc), "message": str(exc)}})
         return 1
     except Exception as exc:  # recorded for the job's `error`, and the traceback for its log
         traceback.print_exc()

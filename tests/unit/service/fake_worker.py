@@ -24,7 +24,7 @@ def main() -> int:
     meta = job.get("metadata") or {}
     steps, step_s = int(meta.get("fake_steps", 2)), float(meta.get("fake_step_s", 0))
     if meta.get("fake_fail"):
-        write_result(run_dir, {"error": {"code": "TrainingAborted", "message": meta["fake_fail"]}})
+        write_result(run_dir, {"error": {"code": "training_aborted", "message": meta["fake_fail"]}})
         return 1
     (run_dir / "hyperparameters.json").write_text(json.dumps({"batch_size": 2, "n_epochs": 1, "total_steps": steps}))
     latest = run_dir / "checkpoints" / "latest"

@@ -63,7 +63,7 @@ def test_failed_job_carries_openai_error(alice) -> None:
     job = create_job(alice, upload(alice).id, metadata={"fake_fail": "step 1: 16 rollouts discarded"})
     done = wait_status(alice, job.id, {"succeeded", "failed"})
     assert done.status == "failed" and done.fine_tuned_model is None
-    assert done.error.code == "TrainingAborted" and "16 rollouts discarded" in done.error.message
+    assert done.error.code == "training_aborted" and "16 rollouts discarded" in done.error.message
     assert any(e.level == "error" for e in alice.fine_tuning.jobs.list_events(job.id))
 
 
