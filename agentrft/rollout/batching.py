@@ -112,6 +112,14 @@ class BatchedSampler:
         self._queue = [q for q in self._queue if id(q) not in taken]
         return batch
 
+    def metrics(self) -> dict[str, float]:
+        """The `sampler/*` entries of a training step's metrics."""
+        out = {"sampler/batches": float(self.stats.batches), "sampler/mean_batch": self.stats.rows / max(1, self.stats.batches)}
+        if self.kv_cache is not None:
+            out["sampler/prefill_tokens"] = float(self.kv_cache.stats.prefill_tokens)
+            out["sampler/reused_tokens"] = float(self.kv_cache.stats.reused_tokens)  # kept from earlier turns
+        return out
+
     def release(self, key: Hashable) -> None:
         """The rollout `key` has ended: drop its kept KV cache."""
         if self.kv_cache is not None:

@@ -170,7 +170,7 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             metrics: dict[str, Any] = {
                 **reward_stats(groups), **failures, **adv_stats, **upd, **sampling, **grading,
                 "rollouts": summarize(trajs), "time/step_s": time.perf_counter() - t0,
-                "sampler/batches": sampler.stats.batches, "sampler/mean_batch": sampler.stats.rows / max(1, sampler.stats.batches),
+                **sampler.metrics(),
                 "epoch": step // hp.steps_per_epoch,
             }
             log.rollouts(f"step-{s.state.step}", graded_records(groups, step=s.state.step))

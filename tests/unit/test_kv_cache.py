@@ -95,6 +95,7 @@ def test_an_episode_keys_every_turn_with_its_trace_id_and_releases_it(tokenizer:
     assert all(len(t.turns) == 3 for t in group.trajectories)
     assert {k for keys in policy.keys for k in keys} == traces and sum(map(len, policy.keys)) == 6
     assert sorted(released) == sorted(traces)
+    assert {"sampler/prefill_tokens", "sampler/reused_tokens", "sampler/batches"} <= set(sampler.metrics())
 
 
 def test_policies_without_a_kv_cache_are_called_as_before(tokenizer: Any) -> None:
