@@ -23,7 +23,7 @@ def cmd_from_git(args: argparse.Namespace) -> int:
         args.repo, args.out, rev=args.rev, max_commits=args.max_commits, max_files=args.max_files,
         include=args.include, exclude=args.exclude, default_excludes=not args.no_default_excludes,
         val_fraction=args.val_fraction, worked_examples=args.worked_examples, keep_new_only=args.keep_new_only,
-        prefill_query=not args.no_prefill_query,
+        prefill_query=not args.no_prefill_query, keep_unfound=args.keep_unfound,
     )
     for line in report.lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -51,6 +51,7 @@ def add_commands(subparsers: Any) -> None:
     g.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="drop matching paths (gitignore syntax; repeatable)")
     g.add_argument("--no-default-excludes", action="store_true", help="keep lock files and vendored directories")
     g.add_argument("--keep-new-only", action="store_true", help="keep commits that only add files (no search can find a file that does not exist yet)")
+    g.add_argument("--keep-unfound", action="store_true", help="keep training commits whose subject line, searched, returns none of their files")
     g.add_argument("--no-prefill-query", action="store_true", help="leave the search query to the model (default: each row's reply starts as a search for its subject line)")
     g.add_argument("--worked-examples", type=int, default=DEFAULT_WORKED_EXAMPLES,
                    help=f"training commits turned into worked examples that start every row (default {DEFAULT_WORKED_EXAMPLES}; 0 for none)")

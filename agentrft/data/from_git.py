@@ -15,6 +15,10 @@ request, the search call, the search's real output at that commit, and the answe
 numbers of the returned paths that the commit changed. Every row starts with the same
 examples, and the commits they come from are taken out of the training rows.
 
+Training commits whose subject line, searched, returns none of their files are dropped
+(`keep_unfound` keeps them): no sample of theirs could score, so they only slow training
+down. Validation commits are never chosen by their answer.
+
 Each row's `prefill` (`prefill_query`, default on) starts its reply the way the examples
 do, as a search for its own subject line, left open: the model may add words, then closes
 the call. A 135M model left to write the whole query mostly writes noise (README of the
@@ -42,7 +46,7 @@ from typing import Any
 import pathspec
 
 from agentrft.errors import ConfigError
-from agentrft.tools.code_search import CodeIndex, numbered
+from agentrft.tools.code_search import CodeIndex, Hit, numbered
 
 # Lock files and vendored code: changes to them follow from other changes (or are imports of
 # someone else's code), so they are not what a request asks for. gitignore syntax.
@@ -70,6 +74,7 @@ DROP_REASONS = {
     "no_files_left": "every changed file excluded by path filters",
     "too_many_files": "changes more files than --max-files",
     "nothing_to_find": "only adds files (none of its files exists before it, so no search can find one; --keep-new-only keeps them)",
+    "not_found_by_search": "training commit whose subject line, searched, returns none of its files: no sample could score (--keep-unfound keeps them; validation commits are never dropped for this)",
 }
 
 _HEADER = b"\x1e"  # starts each commit's header; a status token never starts with it
@@ -253,13 +258,18 @@ def example_query(message: str) -> str:
     return " ".join(message.strip().splitlines()[0].split()[:EXAMPLE_QUERY_WORDS])
 
 
+def subject_search(row: dict[str, Any]) -> list[Hit]:
+    """What the search tool returns for the row's subject line at its parent commit."""
+    return CodeIndex.from_git(row["repo"], row["parent"]).search(example_query(row["messages"][-1]["content"]))
+
+
 def worked_example(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The four messages of a worked example made from `row` (request, search call, the
     search's output at the row's parent commit, answer), or None when the search returns
     none of the row's files."""
     message = row["messages"][-1]["content"]
     query = example_query(message)
-    hits = CodeIndex.from_git(row["repo"], row["parent"]).search(query)
+    hits = subject_search(row)
     found = [n for n, h in enumerate(hits, start=1) if h.path in row["files"]]
     if not found:
         return None
@@ -341,6 +351,7 @@ def build_dataset(
     worked_examples: int = DEFAULT_WORKED_EXAMPLES,
     keep_new_only: bool = False,
     prefill_query: bool = True,
+    keep_unfound: bool = False,
 ) -> BuildReport:
     """Read `repo`'s history from `rev`, write `out_dir/train.jsonl` and `out_dir/val.jsonl`,
     and return counts of what was kept and why the rest was dropped."""
@@ -363,6 +374,10 @@ def build_dataset(
         report.files_excluded += len({c.path for c in commit.changes}) - len(row["files"])
         kept.append((commit.time, row))
     train, val = split_by_time(kept, val_fraction)
+    if not keep_unfound:  # training rows only: held-out rows are never chosen by their answer
+        findable = [row for row in train if {h.path for h in subject_search(row)} & set(row["files"])]
+        report.dropped["not_found_by_search"] += len(train) - len(findable)
+        train = findable
     if worked_examples > 0:
         examples, used = pick_worked_examples(train, worked_examples)
         report.examples = [train[i]["commit"] for i in used]

@@ -62,7 +62,7 @@ def history(make_repo):
 
 def test_rows_drops_and_time_split(history, tmp_path):
     repo, sha = history
-    report = build_dataset(repo.path, tmp_path / "out", val_fraction=0.5, worked_examples=0, keep_new_only=True)
+    report = build_dataset(repo.path, tmp_path / "out", val_fraction=0.5, worked_examples=0, keep_new_only=True, keep_unfound=True)
     train = read_rows(tmp_path / "out" / "train.jsonl")
     val = read_rows(tmp_path / "out" / "val.jsonl")
 
@@ -95,14 +95,14 @@ def test_rows_drops_and_time_split(history, tmp_path):
 
 def test_filters_and_limits(history, tmp_path):
     repo, sha = history
-    report = build_dataset(repo.path, tmp_path / "a", max_files=9, default_excludes=False, val_fraction=0, worked_examples=0, keep_new_only=True)
+    report = build_dataset(repo.path, tmp_path / "a", max_files=9, default_excludes=False, val_fraction=0, worked_examples=0, keep_new_only=True, keep_unfound=True)
     rows = {r["commit"]: r for r in read_rows(tmp_path / "a" / "train.jsonl")}
     assert len(rows[sha["too_many"]]["files"]) == 9
     assert rows[sha["locks_only"]]["files"] == ["package-lock.json", "vendor/lib.js"]
     assert rows[sha["lock_and_code"]]["files"] == ["c.py", "package-lock.json"]
     assert report.val == 0 and (tmp_path / "a" / "val.jsonl").read_text() == ""
 
-    report = build_dataset(repo.path, tmp_path / "b", include=["docs/", "*.py"], exclude=["many/", "c.py"], worked_examples=0, keep_new_only=True)
+    report = build_dataset(repo.path, tmp_path / "b", include=["docs/", "*.py"], exclude=["many/", "c.py"], worked_examples=0, keep_new_only=True, keep_unfound=True)
     rows_b = read_rows(tmp_path / "b" / "train.jsonl") + read_rows(tmp_path / "b" / "val.jsonl")
     assert sorted(f for r in rows_b for f in r["files"]) == ["b.py", "docs/x.md", "s.py", "ünïcode dir/файл.py"]
     assert report.dropped["no_files_left"] == 4  # rename (c.py), nine files, locks, lock+c.py
@@ -116,7 +116,7 @@ def test_non_utf8_path_is_counted_not_crashed(make_repo, tmp_path):
     r.commit("Add a file with a Latin-1 name")
     r.write("a.txt", "y\n")
     r.commit("Change a")
-    report = build_dataset(r.path, tmp_path / "out", val_fraction=0, worked_examples=0)
+    report = build_dataset(r.path, tmp_path / "out", val_fraction=0, worked_examples=0, keep_unfound=True)
     assert report.dropped["non_utf8_path"] == 1 and report.kept == 1
 
 
@@ -143,7 +143,7 @@ def test_parse_log_handles_renames_and_separators():
 def test_cli_prints_summary_and_writes_files(history, tmp_path, capsys):
     repo, _ = history
     out = tmp_path / "cli"
-    assert main(["data", "from-git", str(repo.path), "--out", str(out), "--max-files", "9", "--keep-new-only", "--worked-examples", "0"]) == 0
+    assert main(["data", "from-git", str(repo.path), "--out", str(out), "--max-files", "9", "--keep-new-only", "--keep-unfound", "--worked-examples", "0"]) == 0
     printed = capsys.readouterr().out
     assert "12 commits read, 7 kept" in printed
     assert "merge commit" in printed and "empty commit message" in printed
@@ -165,7 +165,7 @@ def test_bad_path_pattern_is_a_config_error(history, tmp_path, capsys):
 
 def test_commits_that_only_add_files_are_dropped_as_nothing_to_find(history, tmp_path):
     repo, sha = history
-    report = build_dataset(repo.path, tmp_path / "out", max_files=9, val_fraction=0, worked_examples=0)
+    report = build_dataset(repo.path, tmp_path / "out", max_files=9, val_fraction=0, worked_examples=0, keep_unfound=True)
     kept = {r["commit"] for r in read_rows(tmp_path / "out" / "train.jsonl")}
     assert report.dropped["nothing_to_find"] == 3  # nine new files; the side branch's new s.py; a rename's new path
     assert sha["too_many"] not in kept and sha["side"] not in kept and sha["rename"] not in kept
@@ -219,3 +219,28 @@ def test_no_worked_examples_when_asked_for_none(searchable, tmp_path):
     report = build_dataset(searchable.path, tmp_path / "out", val_fraction=0.34, worked_examples=0)
     rows = read_rows(tmp_path / "out" / "train.jsonl")
     assert report.examples == [] and all(len(r["messages"]) == 1 for r in rows) and report.train == 4
+
+
+def test_training_commits_the_search_cannot_find_are_dropped_but_never_validation_ones(searchable, tmp_path):
+    searchable.write("src/cart.py", "# tidy\n" + (searchable.path / "src/cart.py").read_text())
+    unfound = searchable.commit("Tidy up")  # no word of it names the file
+    searchable.write("src/invoice.py", "# tidy\n" + (searchable.path / "src/invoice.py").read_text())
+    held_out = searchable.commit("Tidy up again")
+    searchable.write("README.md", "A shop that sells carts.\n")
+    searchable.commit("README: what the shop sells")
+    report = build_dataset(searchable.path, tmp_path / "out", val_fraction=0.2, worked_examples=0)
+    train = {r["commit"] for r in read_rows(tmp_path / "out" / "train.jsonl")}
+    val = {r["commit"] for r in read_rows(tmp_path / "out" / "val.jsonl")}
+    assert report.dropped["not_found_by_search"] == 1 and unfound not in train | val
+    assert held_out in val  # unfindable too, but held-out rows are never chosen by their answer
+    kept = build_dataset(searchable.path, tmp_path / "all", val_fraction=0.2, worked_examples=0, keep_unfound=True)
+    assert kept.train == report.train + 1
+
+
+def test_each_row_starts_its_reply_as_a_search_for_its_subject(searchable, tmp_path):
+    build_dataset(searchable.path, tmp_path / "out", val_fraction=0.34)
+    for row in read_rows(tmp_path / "out" / "train.jsonl") + read_rows(tmp_path / "out" / "val.jsonl"):
+        subject = row["messages"][-1]["content"].splitlines()[0]
+        assert row["prefill"] == '<tool_call>{"name": "search", "arguments": {"query": "' + subject
+    build_dataset(searchable.path, tmp_path / "none", val_fraction=0.34, prefill_query=False)
+    assert all("prefill" not in r for r in read_rows(tmp_path / "none" / "train.jsonl"))
