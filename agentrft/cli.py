@@ -26,9 +26,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from agentrft.data import load_dataset
     from agentrft.job import load_job
     from agentrft.policy.hf import HFPolicy
-    from agentrft.rollout.group import run_groups
+    from agentrft.rollout.group import rollout_groups
     from agentrft.rollout.records import new_output_dir, summarize, to_record, write_jsonl
-    from agentrft.runtime import sampling_params, settings_from_job
+    from agentrft.runtime import batched_sampler, sampling_params, settings_from_job
     from agentrft.tools.launch import job_environment
 
     job = load_job(args.job)
@@ -46,7 +46,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         settings = settings_from_job(job, policy, base_url)
         params = sampling_params(job, temperature=args.temperature)
         with progress_bar("rollouts", len(items) * args.n) as advance:
-            groups = run_groups(items, args.n, settings, policy, params, on_done=advance, max_batch=job.agentrft.sampling.max_batch)
+            groups, _ = rollout_groups(items, args.n, settings, batched_sampler(job, policy, params), advance)
     trajs = [t for g in groups for t in g.trajectories]
     write_jsonl(out / "rollouts.jsonl", (to_record(t) for t in trajs))
     for t in trajs[: args.show]:

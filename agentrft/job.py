@@ -116,6 +116,7 @@ class Sampling(Strict):
     stop: list[str] = Field(default_factory=list)  # e.g. ["</tool_call>"]: one call per reply
     min_tokens_per_turn: int = Field(default=0, ge=0)  # no stop before this many tokens (benchmarks: fixed-length work)
     max_batch: int = Field(default=32, ge=1)  # rollouts sampled together at most
+    kv_cache_mb: int = Field(default=1024, ge=0)  # KV caches kept between a rollout's turns, so a turn prefills only its new tokens; 0 re-prefills every turn
 
     @model_validator(mode="after")
     def _min_within_max(self) -> Sampling:

@@ -14,6 +14,7 @@ from agentrft.errors import ConfigError
 from agentrft.graders import tool_call_limit
 from agentrft.job import Job
 from agentrft.policy import Policy, SamplingParams
+from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.chat_episode import ChatRolloutSettings
 from agentrft.rollout.context import ChatRenderer
 from agentrft.rollout.episode import RolloutSettings
@@ -90,6 +91,13 @@ def sampling_params(job: Job, seed: int | None = None, temperature: float | None
         top_p=s.top_p, max_tokens=s.max_tokens_per_turn, seed=job.seed if seed is None else seed, stop=tuple(s.stop),
         min_tokens=s.min_tokens_per_turn,
     )
+
+
+def batched_sampler(job: Job, policy: Policy, params: SamplingParams) -> BatchedSampler:
+    """The sampler a phase's rollouts share: at most `sampling.max_batch` rows at once, and
+    each rollout's KV cache kept between its turns within `sampling.kv_cache_mb`."""
+    s = job.agentrft.sampling
+    return BatchedSampler(policy, params, max_batch=s.max_batch, kv_cache_mb=s.kv_cache_mb)
 
 
 def loss_config(job: Job) -> LossConfig:

@@ -54,7 +54,12 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
     come from `rollout/` and grades from `graders/`, as in training."""
     from agentrft.console import progress_bar, show_precision
     from agentrft.graders import build_grader, grade_rollouts
-    from agentrft.runtime import chat_settings_from_job, sampling_params, settings_from_job
+    from agentrft.runtime import (
+        batched_sampler,
+        chat_settings_from_job,
+        sampling_params,
+        settings_from_job,
+    )
     from agentrft.tools.launch import job_environment
 
     grader = build_grader(job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits())
@@ -70,14 +75,13 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
                 groups = asyncio.run(run_chat_groups_async(items, k, chat_settings, chat, on_done=advance))
         else:
             from agentrft.policy.load import load_policy
-            from agentrft.rollout.batching import BatchedSampler
             from agentrft.rollout.group import rollout_groups
 
             policy = load_policy(job.model if model in (None, "base") else model, base=job.model, device=ext.device, dtype=ext.dtype)
             show_precision(policy.precision)
             settings = settings_from_job(job, policy, env_url, grader)
             params = sampling_params(job, seed=job.seed if seed is None else seed, temperature=temperature)
-            sampler = BatchedSampler(policy, params, max_batch=ext.sampling.max_batch)
+            sampler = batched_sampler(job, policy, params)
             with progress_bar(label, len(items) * k) as advance:
                 groups, _ = rollout_groups(items, k, settings, sampler, advance)
         graded, _ = grade_rollouts(groups, grader, env_url)

@@ -33,11 +33,16 @@ from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperpa
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy.hf import HFPolicy
 from agentrft.redact import redact_job, restore_secrets
-from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.rollout.group import rollout_groups
 from agentrft.rollout.records import new_output_dir, summarize
-from agentrft.runtime import normalize_std, sampling_params, settings_from_job, update_config
+from agentrft.runtime import (
+    batched_sampler,
+    normalize_std,
+    sampling_params,
+    settings_from_job,
+    update_config,
+)
 from agentrft.tools.launch import job_environment
 from agentrft.train.advantages import rollouts_with_advantage
 from agentrft.train.checkpoint import (
@@ -120,7 +125,7 @@ def evaluate(s: Setup, settings: RolloutSettings, env_url: str | None, log: RunL
     assert s.val_items is not None
     ext = s.job.agentrft
     params = sampling_params(s.job, seed=s.job.seed + 1_000_000 + step, temperature=ext.train.eval_temperature)
-    sampler = BatchedSampler(s.policy, params, max_batch=ext.sampling.max_batch)
+    sampler = batched_sampler(s.job, s.policy, params)
     with progress_bar(f"eval at step {step}", len(s.val_items) * s.hp.eval_samples) as advance:
         groups, _ = rollout_groups(s.val_items, s.hp.eval_samples, settings, sampler, advance)
     groups, _ = grade_rollouts(groups, s.grader, env_url)
@@ -151,7 +156,7 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             # 1. rows
             rows = batch_rows(s.train_items, hp, step, job.seed)
             # 2. rollouts
-            sampler = BatchedSampler(s.policy, sampling_params(job, seed=job.seed * 100_003 + step), max_batch=ext.sampling.max_batch)
+            sampler = batched_sampler(job, s.policy, sampling_params(job, seed=job.seed * 100_003 + step))
             with progress_bar(f"step {step + 1}/{hp.total_steps} rollouts", len(rows) * hp.group_size) as advance:
                 groups, sampling = rollout_groups(rows, hp.group_size, settings, sampler, advance)
             # 3. grades

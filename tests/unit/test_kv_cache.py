@@ -101,3 +101,16 @@ def test_an_episode_keys_every_turn_with_its_trace_id_and_releases_it(tokenizer:
 def test_policies_without_a_kv_cache_are_called_as_before(tokenizer: Any) -> None:
     policy = ScriptedPolicy(tokenizer, ["ok"])
     assert BatchedSampler(policy, SamplingParams()).kv_cache is None
+
+
+def test_the_job_sets_the_bound(tokenizer: Any) -> None:
+    from agentrft.job import job_from_dict
+    from agentrft.runtime import batched_sampler
+
+    grader = {"type": "string_check", "name": "g", "input": "{{sample.output_text}}", "reference": "x", "operation": "eq"}
+    base = {"training_file": "t.jsonl", "method": {"type": "reinforcement", "reinforcement": {"grader": grader}}}
+    policy = KeyedPolicy(tokenizer, ["ok"])
+    default = batched_sampler(job_from_dict(base), policy, SamplingParams())
+    off = batched_sampler(job_from_dict({**base, "agentrft": {"sampling": {"kv_cache_mb": 0, "max_batch": 4}}}), policy, SamplingParams())
+    assert default.kv_cache is not None and default.kv_cache.max_bytes == 1024 << 20
+    assert off.kv_cache is not None and off.kv_cache.max_bytes == 0 and off.max_batch == 4
