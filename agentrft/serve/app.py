@@ -68,6 +68,7 @@ class ChatService:
         self.default_max_tokens = default_max_tokens
         self.sampler = BatchedSampler(policy, SamplingParams(), max_batch=max_batch, gather_s=gather_s)
         self.created = int(time.time())
+        self.max_token_chars = _longest_token(policy.tokenizer)
 
     def prompt(self, req: ChatRequest, specs: Any, prefill: str) -> list[int]:
         renderer = ChatRenderer(self.policy.tokenizer, specs)
@@ -106,6 +107,15 @@ class ChatService:
         if req.model != self.model_name:
             raise RequestError(f"The model {req.model!r} does not exist here: this server serves {self.model_name!r}", "model", "model_not_found", 404)
         tools = tool_use(req)
+        chars = sum(len(m["content"]) for m in template_messages(req.messages))
+        if self.max_token_chars and chars > self.policy.context_window * self.max_token_chars:
+            # no token covers more than max_token_chars characters: it cannot fit, so do not
+            # spend seconds tokenizing it to find out
+            raise RequestError(
+                f"This model's maximum context length is {self.policy.context_window} tokens. However, the messages "
+                f"take at least {chars // self.max_token_chars} tokens ({chars} characters). Shorten the messages.",
+                "messages", "context_length_exceeded",
+            )
         prompt = self.prompt(req, tools.specs, tools.prefill)
         room = self.policy.context_window - len(prompt)
         asked = req.requested_max_tokens
@@ -119,6 +129,14 @@ class ChatService:
         params = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_tokens=max_new, stop=req.stop_strings, min_tokens=req.min_tokens)
         seeds: list[int | None] = [None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)]
         return Prepared(prompt, tools, max_new, params, seeds)
+
+
+def _longest_token(tokenizer: Any) -> int:
+    """The most characters one token of `tokenizer` stands for (0: unknown)."""
+    try:
+        return max(len(tokenizer.convert_tokens_to_string([t])) for t in tokenizer.get_vocab())
+    except Exception:  # a tokenizer without a vocabulary to list: always tokenize
+        return 0
 
 
 def choice_seed(seed: int, index: int) -> int:
@@ -150,6 +168,16 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise too_large
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def chat_response(service: ChatService, req: ChatRequest) -> Any:
+    """The reply to a parsed request: the `chat.completion` JSON, or for `stream=true` its
+    chunk events. Errors come before any chunk, as plain JSON."""
+    body = await service.complete(req)
+    if not req.stream:
+        return body
+    include_usage = req.stream_options is not None and req.stream_options.include_usage
+    return StreamingResponse(sse(stream_chunks(body, include_usage)), media_type="text/event-stream")
 
 
 def sse(chunks: list[dict[str, Any]]) -> Iterator[bytes]:
@@ -185,11 +213,7 @@ def create_app(policy: Any, model_name: str, *, max_batch: int = 32, default_max
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         req = await asyncio.to_thread(parse_body, await read_body(request, max_body_bytes))
-        body = await service.complete(req)  # errors come before any chunk, as plain JSON
-        if not req.stream:
-            return body
-        include_usage = req.stream_options is not None and req.stream_options.include_usage
-        return StreamingResponse(sse(stream_chunks(body, include_usage)), media_type="text/event-stream")
+        return await chat_response(service, req)
 
     return app
 

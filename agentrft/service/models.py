@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from agentrft.serve.protocol import RequestError, model_card, parse_request
+from agentrft.serve.protocol import RequestError, model_card
 from agentrft.service.state import ServiceState, caller, state_of
 
 router = APIRouter()
@@ -127,15 +127,13 @@ async def delete_model(request: Request, model: str) -> dict[str, Any]:
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> dict[str, Any]:
+async def chat_completions(request: Request) -> Any:
+    from agentrft.serve.app import MAX_BODY_BYTES, chat_response, parse_body, read_body
+
     owner = caller(request)
     state = state_of(request)
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(f"the request body is not valid JSON: {exc}") from None
-    req = parse_request(body)
+    req = await asyncio.to_thread(parse_body, await read_body(request, MAX_BODY_BYTES))  # as serve-model: capped, off the loop
     ref, base = model_ref(state, req.model, owner)
     service = await _chat(state).get(req.model, ref, base)
-    return await service.complete(req)  # type: ignore[no-any-return]
+    return await chat_response(service, req)
 
