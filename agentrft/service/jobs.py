@@ -245,9 +245,8 @@ async def create_job(request: Request) -> dict[str, Any]:
     # the layout `agentrft train` writes, so `train --resume`, `report` and `serve-model` read it
     (run_dir / "job.json").write_text(json.dumps(job.model_dump(mode="json"), indent=2))
     (run_dir / "run.json").write_text(json.dumps({"job_source": job_id, "base_dir": str(run_dir.resolve()), "model": job.model}))
-    row = state.store.add_job(job_id, owner, body, fine_tuned_model_id(job.model, job.suffix, job_id))
-    state.store.add_event(job_id, f"Created fine-tuning job: {job_id}")
-    state.store.add_event(job_id, f"Validating training file: {body['training_file']}" + (f" and validation file: {body['validation_file']}" if body.get("validation_file") else ""))
+    validating = f"Validating training file: {body['training_file']}" + (f" and validation file: {body['validation_file']}" if body.get("validation_file") else "")
+    row = state.store.add_job(job_id, owner, body, fine_tuned_model_id(job.model, job.suffix, job_id), (f"Created fine-tuning job: {job_id}", validating))
     state.executor.poke()
     return job_object(state, row)
 

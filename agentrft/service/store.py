@@ -114,12 +114,17 @@ class Store:
             return db.execute("UPDATE files SET deleted=1 WHERE id=? AND owner=? AND deleted=0", (file_id, owner)).rowcount > 0
 
     # -- jobs ----------------------------------------------------------------------------
-    def add_job(self, job_id: str, owner: str, request: dict[str, Any], fine_tuned_model: str) -> dict[str, Any]:
+    def add_job(self, job_id: str, owner: str, request: dict[str, Any], fine_tuned_model: str, messages: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Insert a new job and its first events (`messages`) in one transaction, and return
+        its row as inserted: the scheduler may move it on right after."""
+        now = int(time.time())
         with self._tx() as db:
             db.execute("INSERT INTO jobs (id, owner, created_at, status, request, fine_tuned_model) VALUES (?,?,?,?,?,?)",
-                       (job_id, owner, int(time.time()), "validating_files", json.dumps(request), fine_tuned_model))
-        found = self.job(job_id, owner)
-        assert found is not None
+                       (job_id, owner, now, "validating_files", json.dumps(request), fine_tuned_model))
+            for message in messages:
+                db.execute("INSERT INTO events (id, job_id, created_at, level, message, type) VALUES (?,?,?,?,?,?)",
+                           (new_id("ftevent"), job_id, now, "info", message, "message"))
+            found: dict[str, Any] = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         return found
 
     def job(self, job_id: str, owner: str | None = None) -> dict[str, Any] | None:
