@@ -256,7 +256,8 @@ async def list_jobs(request: Request) -> dict[str, Any]:
     owner = caller(request)
     state = state_of(request)
     limit = page_limit(request)
-    rows = state.store.jobs(owner, request.query_params.get("after"), limit + 1)
+    metadata = {k[len("metadata["):-1]: v for k, v in request.query_params.items() if k.startswith("metadata[") and k.endswith("]")}
+    rows = state.store.jobs(owner, request.query_params.get("after"), limit + 1, metadata)
     page = list_page([job_object(state, r) for r in rows], limit)
     return {k: page[k] for k in ("object", "data", "has_more")}
 

@@ -132,10 +132,14 @@ class Store:
             return self._one("SELECT * FROM jobs WHERE id=?", (job_id,))
         return self._one("SELECT * FROM jobs WHERE id=? AND owner=?", (job_id, owner))
 
-    def jobs(self, owner: str | None, after: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-        """Newest first; `after` is the id of the last job of the previous page."""
+    def jobs(self, owner: str | None, after: str | None = None, limit: int = 20, metadata: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Newest first; `after` is the id of the last job of the previous page; `metadata`
+        keeps the jobs whose metadata has every one of these values."""
         sql = "SELECT * FROM jobs WHERE 1=1"
         args: list[Any] = []
+        for key, value in (metadata or {}).items():
+            sql += " AND json_extract(request, ?) = ?"
+            args += ["$.metadata." + json.dumps(key), value]
         if owner is not None:
             sql += " AND owner=?"
             args.append(owner)

@@ -123,5 +123,8 @@ def test_pagination_of_files_and_jobs(alice) -> None:
     assert [j.id for j in alice.fine_tuning.jobs.list(limit=2)] == [j.id for j in reversed(jobs)]  # auto-paging
     second = alice.fine_tuning.jobs.list(limit=2, after=jobs[1].id)
     assert [j.id for j in second.data] == [jobs[0].id] and not second.has_more
-    for j in jobs:
+    tagged = create_job(alice, files[0].id, metadata={"fake_steps": "1", "team": "search"})
+    assert [j.id for j in alice.fine_tuning.jobs.list(metadata={"team": "search"})] == [tagged.id]
+    assert alice.fine_tuning.jobs.list(metadata={"team": "other"}).data == []
+    for j in [*jobs, tagged]:
         wait_status(alice, j.id, {"succeeded"})
