@@ -135,6 +135,7 @@ def evaluate(s: Setup, settings: RolloutSettings, env_url: str | None, log: RunL
 
 def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.chmod(0o700)  # its job, rollouts and checkpoints are its owner's only, however it was started
     s = prepare(job, run_dir, resume)
     hp, ext = s.hp, job.agentrft
     console.print(f"[bold]agentrft train[/] {job.source} -> {run_dir}")
