@@ -3,6 +3,8 @@
     agentrft data from-git REPO --out DIR [--max-files 8] [--val-fraction 0.2]
                                           [--include GLOB ...] [--exclude GLOB ...]
                                           [--worked-examples 2]
+    agentrft data repo-qa REPO --out DIR [--rev REV] [--val-fraction 0.25] [--include GLOB ...]
+                                         [--questions OWN.jsonl] [--kind KIND ...]
 """
 
 from __future__ import annotations
@@ -31,6 +33,22 @@ def cmd_from_git(args: argparse.Namespace) -> int:
     return 0 if report.kept else 1
 
 
+def cmd_repo_qa(args: argparse.Namespace) -> int:
+    from agentrft.console import console
+    from agentrft.data.repo_qa import KINDS, build_dataset
+
+    t0 = time.perf_counter()
+    report = build_dataset(
+        args.repo, args.out, rev=args.rev, val_fraction=args.val_fraction, include=args.include, exclude=args.exclude,
+        kinds=args.kind or KINDS, per_file=args.per_file, worked_examples=args.worked_examples,
+        user_questions=args.questions, prefill_first_call=not args.no_prefill,
+    )
+    for line in report.lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {args.out}/train.jsonl and {args.out}/val.jsonl in {time.perf_counter() - t0:.1f}s", highlight=False, markup=False, soft_wrap=True)
+    return 0 if report.train and report.val else 1
+
+
 def add_commands(subparsers: Any) -> None:
     """Register `data` and its subcommands on the top-level parser's subparsers."""
     data = subparsers.add_parser("data", help="build datasets")
@@ -56,3 +74,26 @@ def add_commands(subparsers: Any) -> None:
     g.add_argument("--worked-examples", type=int, default=DEFAULT_WORKED_EXAMPLES,
                    help=f"training commits turned into worked examples that start every row (default {DEFAULT_WORKED_EXAMPLES}; 0 for none)")
     g.set_defaults(func=cmd_from_git)
+
+    from agentrft.data.repo_qa import DEFAULT_PER_FILE, KINDS
+    from agentrft.data.repo_qa import DEFAULT_VAL_FRACTION as QA_VAL_FRACTION
+    from agentrft.data.repo_qa import DEFAULT_WORKED_EXAMPLES as QA_EXAMPLES
+
+    q = sub.add_parser(
+        "repo-qa", help="repository-research questions from a repository's own Python code",
+        description="Questions whose answers are facts in the code (where X is defined, what F returns or raises, "
+        "which function a docstring belongs to, parameter defaults, which files import a module), read with Python's ast "
+        "at one revision. Split by file: held-out questions are about files no training question covers.",
+    )
+    q.add_argument("repo", help="path of a local git repository")
+    q.add_argument("--out", required=True, help="output directory for train.jsonl and val.jsonl")
+    q.add_argument("--rev", default="HEAD", help="revision to read (default HEAD); every row records its commit")
+    q.add_argument("--val-fraction", type=float, default=QA_VAL_FRACTION, help=f"share of files held out (default {QA_VAL_FRACTION})")
+    q.add_argument("--include", action="append", default=[], metavar="GLOB", help="read only matching .py files (gitignore syntax; repeatable)")
+    q.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip matching files (gitignore syntax; repeatable)")
+    q.add_argument("--kind", action="append", choices=KINDS, default=[], help="only these question kinds (repeatable; default all)")
+    q.add_argument("--per-file", type=int, default=DEFAULT_PER_FILE, help=f"questions of each kind per file (default {DEFAULT_PER_FILE})")
+    q.add_argument("--questions", default=None, metavar="JSONL", help="your own QA rows (messages + facts) to add; bad rows are refused by file and line")
+    q.add_argument("--worked-examples", type=int, default=QA_EXAMPLES, help=f"training questions turned into worked examples (default {QA_EXAMPLES}; 0 for none)")
+    q.add_argument("--no-prefill", action="store_true", help="leave the first tool call to the model (default: each reply starts with its question's first grep, left open)")
+    q.set_defaults(func=cmd_repo_qa)

@@ -78,10 +78,11 @@ def walk(grader: Any) -> Iterator[Any]:
 
 
 def tool_call_limit(grader: Any) -> int | None:
-    """The smallest `tool_budget.max_tool_calls` anywhere in the tree, or None. Rollouts
+    """The smallest `tool_budget.max_tool_calls` anywhere in the tree (a soft-cost budget
+    sets none), or None. Rollouts
     stop once they ask for more calls than this (`agentrft.runtime.tool_call_cap`): their
     grade is -1 anyway."""
-    limits = [g.max_tool_calls for g in walk(grader) if getattr(g, "type", None) == "tool_budget"]
+    limits = [g.max_tool_calls for g in walk(grader) if getattr(g, "type", None) == "tool_budget" and g.max_tool_calls is not None]
     return min(limits) if limits else None
 
 

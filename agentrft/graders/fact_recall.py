@@ -3,12 +3,17 @@
     {"type": "fact_recall", "name": "facts", "input": "{{sample.output_text}}",
      "reference": "{{item.facts}}"}                       # list, or one fact per line
     ... "judge": {<score_model or label_model grader>}, "fact_threshold": 0.5
+    ... "max_answer_words": 30                                 # agentrft: longer answers score 0
 
 By default a fact counts when its normalised text (case-folded, punctuation to spaces,
 whitespace collapsed) appears in the normalised answer on word boundaries. With `judge`,
 each fact is graded by that model grader instead, whose messages may also use `{{fact}}`;
 the fact counts when the judge scores at least `fact_threshold`. No facts scores 1.0.
 A judge error on any fact flags the whole grade with it.
+
+`max_answer_words` closes the cheapest hack of recall: an answer that pastes whole files or
+every path it saw states every fact. Past that many words (of the normalised answer) the
+score is 0 and the metrics say `too_long`; no judge is asked.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from typing import Any, Literal
+
+from pydantic import Field
 
 from agentrft.errors import ConfigError
 from agentrft.graders.protocol import NAN, agrade_safely, failed, grade_safely, run_sync
@@ -41,6 +48,7 @@ class FactRecallSpec(Strict):
     reference: str | list[str]
     judge: dict[str, Any] | None = None
     fact_threshold: float = 0.5
+    max_answer_words: int | None = Field(default=None, ge=1)
 
 
 def normalize(text: str) -> str:
@@ -79,6 +87,13 @@ class FactRecallGrader:
         facts = [f for r in ref for f in _facts(render(r, ns))] if isinstance(ref, list) else _facts(render_value(ref, ns))
         return render(self.spec.input, ns), facts
 
+    def _too_long(self, answer: str) -> Grade | None:
+        limit = self.spec.max_answer_words
+        words = len(normalize(answer).split())
+        if limit is not None and words > limit:
+            return Grade(0.0, {}, {"too_long": True, "answer_words": words, "max_answer_words": limit})
+        return None
+
     def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
         if self.judge is not None:
             return run_sync(self.agrade(sample, item, trace_id))
@@ -88,7 +103,7 @@ class FactRecallGrader:
                 answer, facts = self._inputs(sample, item)
             except MissingItemField as exc:
                 return failed("invalid_variable_error", str(exc))
-            return self._result(facts, [fact_found(f, answer) for f in facts])
+            return self._too_long(answer) or self._result(facts, [fact_found(f, answer) for f in facts])
 
         return grade_safely(run)
 
@@ -98,9 +113,11 @@ class FactRecallGrader:
 
         async def run() -> Grade:
             try:
-                _, facts = self._inputs(sample, item)
+                answer, facts = self._inputs(sample, item)
             except MissingItemField as exc:
                 return failed("invalid_variable_error", str(exc))
+            if (long := self._too_long(answer)) is not None:
+                return long
             grades = await asyncio.gather(*(self.judge.agrade(sample, item, trace_id, extra={"fact": f}) for f in facts))
             for g in grades:
                 if g.error is not None:
