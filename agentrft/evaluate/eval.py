@@ -16,7 +16,7 @@ import numpy as np
 
 from agentrft.graders.groups import reward_of
 from agentrft.rollout.records import distribution, summarize, to_record
-from agentrft.types import Group, Origin
+from agentrft.types import Group, Origin, Trajectory
 
 
 def reward_stats(groups: Sequence[Group], pass_threshold: float | None = None) -> dict[str, Any]:
@@ -57,8 +57,17 @@ def eval_results(groups: Sequence[Group], pass_threshold: float | None = None) -
     res = {**reward_stats(groups, pass_threshold), **summarize(trajs)}
     res["discard_rate"] = res["discarded"] / max(1, res["rollouts"])
     res["grader_error_rate"] = sum(res["grader_errors"].values()) / max(1, res["rollouts"])
-    res["tool_output_tokens"] = distribution([t.count(Origin.TOOL_OUTPUT) for t in trajs if t.discarded is None])
+    kept = [t for t in trajs if t.discarded is None]
+    res["tool_output_tokens"] = distribution([t.count(Origin.TOOL_OUTPUT) for t in kept])
+    res["tool_call_tokens"] = distribution([tool_call_tokens(t) for t in kept])
+    res["tool_argument_chars"] = distribution([sum(len(c.arguments) for c in t.tool_calls) for t in kept])
     return res
+
+
+def tool_call_tokens(traj: Trajectory) -> int:
+    """Tokens the model wrote in the replies that call tools (the calls and their arguments;
+    a prefilled start is not the model's): what it sends to tools, per rollout."""
+    return sum(turn.sampled_tokens for turn in traj.turns if turn.tool_calls)
 
 
 def graded_records(groups: Sequence[Group], **extra: Any) -> list[dict[str, Any]]:

@@ -178,6 +178,12 @@ def best_of_k_from(data: Any) -> dict[int, float]:
     return {int(k): float(v) for k, v in (given or {}).items()}
 
 
+def record_tool_call_tokens(record: Record) -> int:
+    """Tokens the model wrote in the replies that call tools, from a rollout record (see
+    `agentrft.evaluate.eval.tool_call_tokens`)."""
+    return sum(int(t.get("sampled_tokens") or 0) for t in record.get("turns") or [] if t.get("tool_calls"))
+
+
 def _overview(data: Any) -> dict[str, str]:
     records, summary = _records(data), _summary(data)
     kept = [r for r in records if not r.get("discarded")]
@@ -186,6 +192,7 @@ def _overview(data: Any) -> dict[str, str]:
     rewards = [float(r["reward"]) for r in kept if _number(r.get("reward"))]
     calls = distribution([float(r.get("num_tool_calls", 0)) for r in kept]) if records else summary.get("tool_calls", {})
     tokens = distribution([float((r.get("tokens") or {}).get("sampled", 0)) for r in kept]) if records else summary.get("sampled_tokens", {})
+    call_tokens = distribution([float(record_tool_call_tokens(r)) for r in kept]) if records else summary.get("tool_call_tokens", {})
     latency = distribution([float((r.get("timings") or {}).get("total_s", 0.0)) for r in kept]) if records else summary.get("latency_s", {})
     reward = summary.get("reward", {}).get("mean") if not rewards else sum(rewards) / len(rewards)
 
@@ -197,6 +204,7 @@ def _overview(data: Any) -> dict[str, str]:
         "mean reward": f"{reward:.3f}" if _number(reward) else "-",
         "tool calls mean / p50 / p95 / max": " / ".join(fmt(calls, k) for k in ("mean", "p50", "p95", "max")),
         "sampled tokens mean / p95": f"{fmt(tokens, 'mean', '{:.0f}')} / {fmt(tokens, 'p95', '{:.0f}')}",
+        "tokens sent to tools mean / p95": f"{fmt(call_tokens, 'mean', '{:.1f}')} / {fmt(call_tokens, 'p95', '{:.0f}')}",
         "latency s p50 / p95": f"{fmt(latency, 'p50')} / {fmt(latency, 'p95')}",
     }
 
