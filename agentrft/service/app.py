@@ -42,6 +42,7 @@ def create_app(data_dir: str | Path, *, api_keys: frozenset[str] = frozenset(), 
 
     data = Path(data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)
+    data.chmod(0o700)  # uploaded datasets and the database: the server's user only
     store = Store(data / "service.db")
     options: dict[str, Any] = {"workers": workers, "worker_module": worker_module, "poll_s": poll_s,
                                "validate_files": jobs.validate_job_files(data / "jobs")}

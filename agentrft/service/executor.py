@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 3.0
 
 
+def worker_environment() -> dict[str, str]:
+    """The server's environment, less its API keys: a job never needs them."""
+    return {k: v for k, v in os.environ.items() if k != "AGENTRFT_API_KEYS"}
+
+
 class JobProcess(Protocol):
     """A running job, wherever it runs: `poll()` is its exit code once it ended, else None;
     `stop()` ends it (and everything it started) within seconds."""
@@ -50,7 +55,7 @@ class LocalProcess:
 
     def __init__(self, module: str, run_dir: Path) -> None:
         self.log_file: IO[bytes] = (run_dir / "worker.log").open("ab")
-        env = {**os.environ, "AGENTRFT_SERVICE_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+        env = {**worker_environment(), "AGENTRFT_SERVICE_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen([sys.executable, "-m", module, str(run_dir)], stdout=self.log_file, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 

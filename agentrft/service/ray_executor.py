@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from agentrft.errors import ConfigError
-from agentrft.service.executor import LocalExecutor
+from agentrft.service.executor import LocalExecutor, worker_environment
 
 
 def run_worker(module: str, run_dir: str, env: dict[str, str]) -> int:
     """The Ray task: the worker process, with this task's process as the parent it dies with."""
-    full_env = {**os.environ, **env, "AGENTRFT_SERVICE_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    full_env = {**worker_environment(), **env, "AGENTRFT_SERVICE_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
     with open(Path(run_dir) / "worker.log", "ab") as log:
         return subprocess.run([sys.executable, "-m", module, run_dir], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                               env=full_env, check=False).returncode

@@ -138,3 +138,12 @@ def test_graders_validate_and_run(alice) -> None:
     assert miss.reward == 0.0
     missing = alice.fine_tuning.alpha.graders.run(grader=GRADER, model_sample="Paris", item={})
     assert missing.metadata.errors.invalid_variable_error
+
+
+def test_workers_do_not_inherit_the_api_keys(monkeypatch) -> None:
+    from agentrft.service.executor import worker_environment
+
+    monkeypatch.setenv("AGENTRFT_API_KEYS", "sk-secret")
+    monkeypatch.setenv("AGENTRFT_CACHE", "/somewhere")
+    env = worker_environment()
+    assert "AGENTRFT_API_KEYS" not in env and env["AGENTRFT_CACHE"] == "/somewhere"
