@@ -420,6 +420,9 @@ def build_dataset(
     report.files = len(sources)
     questions = questions_from_code(sources, report, per_file, wanted)
     train_q, val_q = split_by_file(questions, val_fraction, report)
+    # Kinds and files mixed in a stable order, so any first N rows (a pre-flight's) are a fair sample.
+    train_q.sort(key=lambda q: hashlib.sha256(q.question.encode("utf-8")).digest())
+    val_q.sort(key=lambda q: hashlib.sha256(q.question.encode("utf-8")).digest())
     train = [q.row(root, commit) for q in train_q]
     val = [q.row(root, commit) for q in val_q]
     if user_questions is not None:

@@ -91,7 +91,7 @@ def per_row_recall(before: list[dict[str, Any]], after: list[dict[str, Any]]) ->
 
 
 def spread(items: list[Any], n: int) -> list[Any]:
-    """`n` items evenly spaced over the list (the validation file is ordered by kind)."""
+    """`n` items evenly spaced over the list."""
     if len(items) <= n:
         return items
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
