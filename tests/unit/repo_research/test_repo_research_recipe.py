@@ -116,9 +116,15 @@ def test_dumping_a_whole_file_into_the_answer_does_not_pay(variant):
 def test_pasting_tool_output_does_not_pay(variant):
     search_output = "\n".join(f"{n}. {p}  (matches: settings, load)" for n, p in enumerate(["pkg/net.py", "pkg/config.py", "pkg/store.py", "tools/cli.py", "pkg/__init__.py"], start=1))
     grep_output = "\n".join(f"pkg/mod{i}.py:{i}: def load_settings{i}(path, retries=3):" for i in range(20))
-    every_path = "\n".join(sorted(MODULES))
-    for pasted in (search_output, grep_output, every_path + "\n" + every_path):
+    listing = "\n".join(f"pkg/sub{i}/module_{i}.py" for i in range(10))  # a list_files page of ten paths
+    for pasted in (search_output, grep_output, listing + "\npkg/config.py"):
         assert grade(variant, pasted, ["pkg/config.py"]) == 0.0, pasted
+
+
+def test_known_gap_a_short_list_of_candidate_paths_still_pays():
+    """Not closed yet (README): three candidates fit under the word cap. A precision term
+    would close it; this test says so until one does."""
+    assert grade("job.yaml", "pkg/net.py, pkg/config.py or pkg/store.py", ["pkg/config.py"]) == 1.0
 
 
 def test_the_soft_budget_costs_per_call_past_the_free_ones():
