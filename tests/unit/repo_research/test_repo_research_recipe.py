@@ -143,3 +143,14 @@ def test_the_hard_budget_is_a_cliff_past_its_calls():
 def test_recipe_files_exist():
     for name in ("env.py", "job.yaml", "job_cliff.yaml"):
         assert (RECIPE / name).is_file(), name
+
+
+def test_a_budget_must_say_which_way_and_both_ways_combine():
+    facts = {"type": "fact_recall", "reference": "{{item.facts}}"}
+    with pytest.raises(Exception, match="max_tool_calls .* or cost_per_call"):
+        build_grader({"type": "tool_budget", "grader": facts})
+    both = build_grader({"type": "tool_budget", "max_tool_calls": 4, "cost_per_call": 0.1, "free_calls": 1, "grader": facts})
+    calls = [{"name": "grep", "arguments": {}}]
+    scores = [both.grade({"output_text": "pkg/config.py", "tool_calls": calls * n}, {"facts": ["pkg/config.py"]}).score for n in (1, 3, 5)]
+    assert scores == pytest.approx([1.0, 0.8, -1.0])
+    assert tool_call_limit(both) == 4
