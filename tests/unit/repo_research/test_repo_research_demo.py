@@ -52,3 +52,9 @@ def test_headline_and_per_question_difference(demo):
 def test_spread_takes_evenly_spaced_questions(demo):
     assert demo.spread(list(range(10)), 4) == [0, 3, 6, 9]
     assert demo.spread([1, 2], 4) == [1, 2]
+
+
+def test_the_demo_data_builds_at_its_pinned_commit(demo, tmp_path):
+    report = demo.build_dataset(demo.REPO, tmp_path, rev=demo.PINNED_REV, include=demo.INCLUDE, worked_examples=0)
+    assert report.commit == demo.PINNED_REV
+    assert report.train >= demo.PREFLIGHT_ROWS and report.val >= demo.VAL_ROWS
