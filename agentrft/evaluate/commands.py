@@ -193,7 +193,8 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float 
     rows = [("reward mean", ("reward", "mean")), ("pass rate", ("pass_rate",))]
     subs = sorted(set(a.get("sub_rewards", {})) | set(b.get("sub_rewards", {})))
     rows += [(f"  {s}", ("sub_rewards", s)) for s in subs]
-    for key, label in (("tool_calls", "tool calls"), ("turns", "turns"), ("sampled_tokens", "sampled tokens"), ("latency_s", "latency s")):
+    for key, label in (("tool_calls", "tool calls"), ("turns", "turns"), ("sampled_tokens", "sampled tokens"),
+                       ("tool_call_tokens", "tokens sent to tools"), ("latency_s", "latency s")):
         rows += [(f"{label} {q}", (key, q)) for q in ("mean", "p50", "p95", "max")]
     tools = sorted(set(a.get("tool_calls_per_tool", {})) | set(b.get("tool_calls_per_tool", {})))
     rows += [(f"calls to {t} (total)", ("tool_calls_per_tool", t)) for t in tools]

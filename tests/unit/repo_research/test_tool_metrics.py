@@ -30,3 +30,12 @@ def test_the_report_shows_tool_tokens_and_the_calls_histogram_before_and_after()
     page = build_report(before=before, after=after)
     assert "tokens sent to tools mean / p95" in page
     assert 'alt="tool calls per rollout"' in page and "No evaluation results were given" not in page
+
+
+def test_compare_lists_tokens_sent_to_tools():
+    from agentrft.evaluate.commands import compare_rows
+
+    a = {"tool_call_tokens": {"mean": 40.0, "p50": 30.0, "p95": 90.0, "max": 120.0}}
+    b = {"tool_call_tokens": {"mean": 20.0, "p50": 18.0, "p95": 30.0, "max": 40.0}}
+    rows = {label: (va, vb) for label, va, vb in compare_rows(a, b)}
+    assert rows["tokens sent to tools mean"] == (40.0, 20.0) and rows["tokens sent to tools p95"] == (90.0, 30.0)
