@@ -35,9 +35,11 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # Words that say nothing about where a change goes.
 STOPWORDS = frozenset(
-    "a an and are as at be by for from in into is it its not of on or so than that the this to "
-    "was when which with we our you your use used add adds added fix fixes fixed make makes new "
-    "now one only also more no do does".split()
+    (  # noqa: SIM905 (a word list reads best as words)
+        "a an and are as at be by for from in into is it its not of on or so than that the this to "
+        "was when which with we our you your use used add adds added fix fixes fixed make makes new "
+        "now one only also more no do does"
+    ).split()
 )
 
 
@@ -96,8 +98,13 @@ class CodeIndex:
             return []
         scores = self._bm25.get_scores(terms)
         candidates = [i for i in range(len(self.paths)) if not self._terms[i].isdisjoint(terms)]
-        candidates.sort(key=lambda i: (-scores[i], -len(self._terms[i].intersection(terms)), self.paths[i]))
-        return [Hit(self.paths[i], float(scores[i]), tuple(t for t in terms if t in self._terms[i])) for i in candidates[:k]]
+        candidates.sort(
+            key=lambda i: (-scores[i], -len(self._terms[i].intersection(terms)), self.paths[i])
+        )
+        return [
+            Hit(self.paths[i], float(scores[i]), tuple(t for t in terms if t in self._terms[i]))
+            for i in candidates[:k]
+        ]
 
     @classmethod
     def from_dir(cls, root: Path, paths: Iterable[str] | None = None) -> CodeIndex:
@@ -140,9 +147,13 @@ def _text(data: bytes) -> str | None:
 
 def _tree(repo: str | Path, rev: str) -> list[tuple[str, str, int]]:
     """(path, blob id, size) of every regular file of `rev`."""
-    listing = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "-z", "-l", rev], capture_output=True, check=False)
+    listing = subprocess.run(
+        ["git", "-C", str(repo), "ls-tree", "-r", "-z", "-l", rev], capture_output=True, check=False
+    )
     if listing.returncode != 0:
-        raise RuntimeError(f"git ls-tree {rev} in {repo}: {listing.stderr.decode(errors='replace').strip()}")
+        raise RuntimeError(
+            f"git ls-tree {rev} in {repo}: {listing.stderr.decode(errors='replace').strip()}"
+        )
     out = []
     for entry in listing.stdout.split(b"\0"):
         if not entry:
@@ -157,7 +168,12 @@ def _tree(repo: str | Path, rev: str) -> list[tuple[str, str, int]]:
 def _read_blobs(repo: str | Path, shas: list[str]) -> dict[str, bytes]:
     if not shas:
         return {}
-    out = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="".join(f"{sha}\n" for sha in shas).encode(), capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "--batch"],
+        input="".join(f"{sha}\n" for sha in shas).encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
     blobs, pos = {}, 0
     for sha in shas:
         header_end = out.index(b"\n", pos)
@@ -178,7 +194,9 @@ def _tree_words(repo: str | Path, rev: str) -> dict[str, list[str]]:
     """path -> words of the file's text for `rev`, through the blob cache."""
     tree = _tree(repo, rev)
     with _blob_lock:
-        missing = sorted({sha for _, sha, size in tree if size <= MAX_FILE_BYTES and sha not in _BLOB_WORDS})
+        missing = sorted(
+            {sha for _, sha, size in tree if size <= MAX_FILE_BYTES and sha not in _BLOB_WORDS}
+        )
     fresh = {sha: words(_text(data) or "") for sha, data in _read_blobs(repo, missing).items()}
     with _blob_lock:
         _BLOB_WORDS.update(fresh)

@@ -154,9 +154,16 @@ def run(out: Path, steps: int | None = None, seed: int | None = None, job_path: 
 
 def run_seeds(out: Path, seeds: list[int], steps: int | None = None, job_path: Path | None = None) -> dict[str, Any]:
     """The whole demo once per seed (out/seed-N), then each seed's before/after and the mean
-    gain in exact file F1 with a 95% interval over all per-row differences."""
+    gain in exact file F1 with a 95% interval over all per-row differences. A seed whose
+    folder already holds a finished run is not run again, so seeds can run side by side
+    (`agentrft demo --seed N --out DIR/seed-N`) and be summed up here."""
     per_seed = {}
     for seed in seeds:
+        done = out / f"seed-{seed}" / "summary.json"
+        if done.is_file():  # a finished seed (say, run alone with --seed N --out DIR/seed-N) is kept
+            per_seed[seed] = json.loads(done.read_text())
+            console.print(f"seed {seed}: reusing the finished run in {done.parent} (delete it to run this seed again)")
+            continue
         console.rule(f"[bold]seed {seed} ({seeds.index(seed) + 1} of {len(seeds)})")
         per_seed[seed] = run(out / f"seed-{seed}", steps=steps, seed=seed, job_path=job_path)
     diffs = [r["after"] - r["before"] for s in per_seed.values() for r in s["per_row_file_f1"]["rows"].values()]
