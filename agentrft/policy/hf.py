@@ -154,10 +154,10 @@ class HFPolicy:
         extended = [i for i in range(B) if found[i] is not None]
         parts = []
         if fresh:
-            parts.append(prefill_prompts(forward, [prompts[i] for i in fresh], self.pad_token_id, dev))
+            parts.append(prefill_prompts(forward, [prompts[i] for i in fresh], self.pad_token_id, dev, max(limits)))
         if extended:
-            parts.append(prefill_suffixes(forward, [e for e in found if e is not None], [prompts[i] for i in extended], self.pad_token_id, dev))
-        batch = stack(parts)
+            parts.append(prefill_suffixes(forward, [e for e in found if e is not None], [prompts[i] for i in extended], self.pad_token_id, dev, max(limits)))
+        batch = stack(parts, max(limits))
         if cache is not None:
             cache.stats.prefill_tokens += batch.tokens
             cache.stats.reused_tokens += sum(len(e.tokens) for e in found if e is not None)
