@@ -114,3 +114,21 @@ def test_the_job_sets_the_bound(tokenizer: Any) -> None:
     off = batched_sampler(job_from_dict({**base, "agentrft": {"sampling": {"kv_cache_mb": 0, "max_batch": 4}}}), policy, SamplingParams())
     assert default.kv_cache is not None and default.kv_cache.max_bytes == 1024 << 20
     assert off.kv_cache is not None and off.kv_cache.max_bytes == 0 and off.max_batch == 4
+
+
+def test_a_growing_layer_holds_what_a_dynamic_layer_holds() -> None:
+    from transformers.cache_utils import DynamicLayer
+
+    from agentrft.policy.prefill import GrowingLayer
+
+    grown, plain = GrowingLayer(reserve=2), DynamicLayer()
+    steps = [torch.randn(3, 2, n, 4) for n in (5, 1, 1, 1, 1)]  # a prefill, then decode steps past the reserve
+    for k in steps:
+        a, b = grown.update(k, -k), plain.update(k, -k)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    rows = torch.tensor([2, 0])
+    grown.batch_select_indices(rows)
+    plain.batch_select_indices(rows)
+    assert torch.equal(grown.keys, plain.keys) and grown.get_seq_length() == 9
+    nxt = torch.randn(2, 2, 1, 4)
+    assert torch.equal(grown.update(nxt, nxt)[0], plain.update(nxt, nxt)[0])
