@@ -151,7 +151,9 @@ def _v1_parents() -> dict[str, Path] | None:
     own = _own_paths()
     parents: dict[str, Path] = {}
     for controller in ("memory", "pids", "cpuacct"):
-        mount = next((m for m, kind, opts in _mounts() if kind == "cgroup" and controller in opts), None)
+        mount = next(
+            (m for m, kind, opts in _mounts() if kind == "cgroup" and controller in opts), None
+        )
         if mount is None or controller not in own:
             return None
         parents[controller] = Path(mount) / own[controller].lstrip("/")
@@ -166,13 +168,19 @@ def create(memory_bytes: int, pids: int) -> Group:
     try:
         v2 = _v2_parent()
     except OSError as exc:
-        errors.append(f"cgroup v2: cannot enable the memory and pids controllers ({exc.strerror or exc})")
+        errors.append(
+            f"cgroup v2: cannot enable the memory and pids controllers ({exc.strerror or exc})"
+        )
     if v2 is not None:
         group = Group("v2", {"": v2 / name})
     else:
         v1 = _v1_parents()
         if v1 is None:
-            raise OSError(errors[0] if errors else "no cgroup v2 with the memory and pids controllers, and no cgroup v1 memory/pids/cpuacct hierarchy")
+            raise OSError(
+                errors[0]
+                if errors
+                else "no cgroup v2 with the memory and pids controllers, and no cgroup v1 memory/pids/cpuacct hierarchy"
+            )
         group = Group("v1", {c: p / name for c, p in v1.items()})
     try:
         for d in group.dirs.values():

@@ -39,14 +39,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         raise AgentRFTError(f"{args.job}: --split validation needs `validation_file` in the job")
     items = items[: args.rows] if args.rows else items
     out = new_output_dir(args.out, "rollout", job.agentrft.output_dir)
-    console.print(f"[bold]agentrft rollout[/] {args.job}: {len(items)} rows x {args.n} rollouts, model {args.model or job.model}")
+    console.print(
+        f"[bold]agentrft rollout[/] {args.job}: {len(items)} rows x {args.n} rollouts, model {args.model or job.model}"
+    )
     policy = HFPolicy.load(args.model or job.model, job.agentrft.device, job.agentrft.dtype)
     show_precision(policy.precision)
     with job_environment(job) as base_url:
         settings = settings_from_job(job, policy, base_url)
         params = sampling_params(job, temperature=args.temperature)
         with progress_bar("rollouts", len(items) * args.n) as advance:
-            groups, _ = rollout_groups(items, args.n, settings, batched_sampler(job, policy, params), advance)
+            groups, _ = rollout_groups(
+                items, args.n, settings, batched_sampler(job, policy, params), advance
+            )
     trajs = [t for g in groups for t in g.trajectories]
     write_jsonl(out / "rollouts.jsonl", (to_record(t) for t in trajs))
     for t in trajs[: args.show]:
@@ -74,9 +78,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.seeds:
         if not callable(getattr(demo, "run_seeds", None)):
             raise ConfigError(f"recipe {args.name!r} has no multi-seed run; run it once per --seed")
-        demo.run_seeds(Path(args.out or f"runs/demo-{args.name}-seeds"), args.seeds, steps=args.steps, job_path=job_path)
+        demo.run_seeds(
+            Path(args.out or f"runs/demo-{args.name}-seeds"),
+            args.seeds,
+            steps=args.steps,
+            job_path=job_path,
+        )
     else:
-        demo.run(Path(args.out or ("runs/demo" if args.name == recipes.DEFAULT else f"runs/demo-{args.name}")), steps=args.steps, seed=args.seed, job_path=job_path)
+        demo.run(
+            Path(
+                args.out
+                or ("runs/demo" if args.name == recipes.DEFAULT else f"runs/demo-{args.name}")
+            ),
+            steps=args.steps,
+            seed=args.seed,
+            job_path=job_path,
+        )
     return 0
 
 
@@ -87,14 +104,26 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    serve_model(args.model, host=args.host, port=args.port, base=args.base, name=args.served_model_name,
-                max_batch=args.max_batch, default_max_tokens=args.default_max_tokens, device=args.device, dtype=args.dtype,
-                max_body_bytes=int(args.max_body_mb * (1 << 20)))
+    serve_model(
+        args.model,
+        host=args.host,
+        port=args.port,
+        base=args.base,
+        name=args.served_model_name,
+        max_batch=args.max_batch,
+        default_max_tokens=args.default_max_tokens,
+        device=args.device,
+        dtype=args.dtype,
+        max_body_bytes=int(args.max_body_mb * (1 << 20)),
+    )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentrft", description="Agent reinforcement fine-tuning: baseline, pre-flight, train, compare, serve.")
+    p = argparse.ArgumentParser(
+        prog="agentrft",
+        description="Agent reinforcement fine-tuning: baseline, pre-flight, train, compare, serve.",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -109,34 +138,89 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--show", type=int, default=0, help="print the first N trajectories")
     r.set_defaults(func=cmd_rollout)
 
-    sv = sub.add_parser("serve-model", help="serve a base model or a trained checkpoint as an OpenAI-compatible chat endpoint")
-    sv.add_argument("model", nargs="?", default="base", help="base (the default model), a model name or path, an adapter folder, or a training run folder (its latest checkpoint)")
+    sv = sub.add_parser(
+        "serve-model",
+        help="serve a base model or a trained checkpoint as an OpenAI-compatible chat endpoint",
+    )
+    sv.add_argument(
+        "model",
+        nargs="?",
+        default="base",
+        help="base (the default model), a model name or path, an adapter folder, or a training run folder (its latest checkpoint)",
+    )
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
-    sv.add_argument("--base", default=None, help="base model for a LoRA adapter (default: the one its adapter_config.json names)")
-    sv.add_argument("--served-model-name", default=None, help="the id clients send as `model` (default: the model's name or folder name)")
+    sv.add_argument(
+        "--base",
+        default=None,
+        help="base model for a LoRA adapter (default: the one its adapter_config.json names)",
+    )
+    sv.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the id clients send as `model` (default: the model's name or folder name)",
+    )
     sv.add_argument("--max-batch", type=int, default=32, help="most sequences sampled together")
-    sv.add_argument("--default-max-tokens", type=int, default=512, help="reply limit when a request sets no max_tokens")
+    sv.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=512,
+        help="reply limit when a request sets no max_tokens",
+    )
     sv.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    sv.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="auto (default): bf16 where the CPU or GPU computes it natively, else fp32")
-    sv.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice; 1 is often faster on a busy machine)")
-    sv.add_argument("--max-body-mb", type=float, default=16, help="larger request bodies get 413 (default 16)")
+    sv.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bf16", "fp32"],
+        help="auto (default): bf16 where the CPU or GPU computes it natively, else fp32",
+    )
+    sv.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice; 1 is often faster on a busy machine)",
+    )
+    sv.add_argument(
+        "--max-body-mb", type=float, default=16, help="larger request bodies get 413 (default 16)"
+    )
     sv.set_defaults(func=cmd_serve_model)
 
     t = sub.add_parser("train", help="RL-train the job's model on its tools and grader")
     t.add_argument("job", nargs="?", help="job file (YAML or JSON)")
     t.add_argument("--out", default=None, help="run directory (default runs/train-TIMESTAMP)")
-    t.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_DIR",
+        help="continue a run from its latest checkpoint",
+    )
     t.set_defaults(func=cmd_train)
 
-    d = sub.add_parser("demo", help="a recipe end to end on the default model (`make demo` runs file_selection)")
-    d.add_argument("name", nargs="?", default="file_selection", help="the recipe: a folder under recipes/ (default file_selection)")
+    d = sub.add_parser(
+        "demo", help="a recipe end to end on the default model (`make demo` runs file_selection)"
+    )
+    d.add_argument(
+        "name",
+        nargs="?",
+        default="file_selection",
+        help="the recipe: a folder under recipes/ (default file_selection)",
+    )
     d.add_argument("--out", default=None, help="output folder (default runs/demo)")
     d.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     d.add_argument("--seed", type=int, default=None, help="default: the recipe's")
-    d.add_argument("--job", default=None, help="a variant of the recipe's job, e.g. recipes/file_selection/history/job_v6.yaml (default: its job.yaml)")
-    d.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
-                   help="run the whole demo once per seed and report the mean gain with a 95%% interval (e.g. --seeds 1 2 3)")
+    d.add_argument(
+        "--job",
+        default=None,
+        help="a variant of the recipe's job, e.g. recipes/file_selection/history/job_v6.yaml (default: its job.yaml)",
+    )
+    d.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="SEED",
+        help="run the whole demo once per seed and report the mean gain with a 95%% interval (e.g. --seeds 1 2 3)",
+    )
     d.set_defaults(func=cmd_demo)
 
     add_evaluate_commands(sub)
@@ -162,8 +246,13 @@ def _quiet_libraries(verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries(args.verbose)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    old_umask = os.umask(0o077)  # what a command writes (jobs, rollouts, checkpoints) is its owner's only
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    old_umask = os.umask(
+        0o077
+    )  # what a command writes (jobs, rollouts, checkpoints) is its owner's only
     try:
         return int(args.func(args) or 0)
     except AgentRFTError as exc:
@@ -172,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # not one of ours: one line here, the traceback with -v
         if args.verbose:
             raise
-        print(f"error: {type(exc).__name__}: {exc} (run again with -v for the traceback)", file=sys.stderr)
+        print(
+            f"error: {type(exc).__name__}: {exc} (run again with -v for the traceback)",
+            file=sys.stderr,
+        )
         return 1
     finally:
         os.umask(old_umask)

@@ -40,7 +40,9 @@ def fix_for(err: Mapping[str, Any], unknown_top_level: str | None = None) -> str
 def not_utf8(where: str | Path, data: bytes, exc: UnicodeDecodeError) -> str:
     """The message for bytes that are not UTF-8: where (the line in `data`) and the fix."""
     line = data[: exc.start].count(b"\n") + 1
-    return f"{where}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}) -> save the file as UTF-8"
+    return (
+        f"{where}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}) -> save the file as UTF-8"
+    )
 
 
 def read_text_file(path: str | Path, what: str) -> str:

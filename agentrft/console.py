@@ -38,7 +38,9 @@ def show_messages(messages: Sequence[Mapping[str, Any]], title: str, max_chars: 
         head = role if role != "tool" else f"tool ({m.get('name', '')})"
         parts.append(Text(f"[{head}]", style=_ROLE_STYLE.get(role, "")))
         parts.append(Text(body + "\n"))
-    console.print(Panel(Text.assemble(*[(p.plain + "\n", p.style) for p in parts]), title=title, expand=True))
+    console.print(
+        Panel(Text.assemble(*[(p.plain + "\n", p.style) for p in parts]), title=title, expand=True)
+    )
 
 
 def summary_table(summary: dict[str, Any], title: str = "rollouts") -> Table:
@@ -51,20 +53,38 @@ def summary_table(summary: dict[str, Any], title: str = "rollouts") -> Table:
     def dist(d: dict[str, float], fmt: str = "{:.2f}") -> str:
         return "  ".join(f"{k} {fmt.format(v)}" for k, v in d.items())
 
-    rows: list[tuple[str, str]] = [("rollouts (discarded)", f"{summary['rollouts']} ({summary['discarded']})")]
+    rows: list[tuple[str, str]] = [
+        ("rollouts (discarded)", f"{summary['rollouts']} ({summary['discarded']})")
+    ]
     if "reward" in summary:
         r = summary["reward"]
         rows.append(("reward mean ± std", f"{r['mean']:.3f} ± {r['std']:.3f}  (n={r['n']})"))
         rows += [(f"  {k}", f"{v:.3f}") for k, v in summary.get("sub_rewards", {}).items()]
         if "pass_rate" in summary:
-            rows.append((f"pass rate (reward >= {summary['pass_threshold']:g})", f"{summary['pass_rate']:.3f}"))
+            rows.append(
+                (
+                    f"pass rate (reward >= {summary['pass_threshold']:g})",
+                    f"{summary['pass_rate']:.3f}",
+                )
+            )
         if summary.get("grader_errors"):
-            rows.append(("grader errors", ", ".join(f"{k}: {v}" for k, v in summary["grader_errors"].items())))
+            rows.append(
+                (
+                    "grader errors",
+                    ", ".join(f"{k}: {v}" for k, v in summary["grader_errors"].items()),
+                )
+            )
     rows += [
         ("stop reasons", ", ".join(f"{k}: {v}" for k, v in summary["stop_reasons"].items())),
         ("tool calls / rollout", dist(summary["tool_calls"])),
-        ("tool calls by tool", ", ".join(f"{k}: {v}" for k, v in summary["tool_calls_per_tool"].items()) or "-"),
-        ("invalid calls / tool errors", f"{summary['invalid_tool_calls']} / {summary['tool_errors']}"),
+        (
+            "tool calls by tool",
+            ", ".join(f"{k}: {v}" for k, v in summary["tool_calls_per_tool"].items()) or "-",
+        ),
+        (
+            "invalid calls / tool errors",
+            f"{summary['invalid_tool_calls']} / {summary['tool_errors']}",
+        ),
         ("turns / rollout", dist(summary["turns"])),
         ("sampled tokens / rollout", dist(summary["sampled_tokens"], "{:.0f}")),
         ("tool latency s", dist(summary["tool_latency_s"], "{:.3f}")),
@@ -87,6 +107,13 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[..., None]]:
     are ignored, so it can be passed straight as an `on_done` hook)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task(label, total=total)
         yield lambda *_: progress.advance(task)

@@ -56,14 +56,18 @@ class ToolSpec(Strict):
         if (self.server_url is None) == (self.function is None):
             raise ValueError(
                 f"tool {self.name!r} needs exactly one of `server_url` (an HTTP endpoint) "
-                "or `function` (\"module:callable\", in process)"
+                'or `function` ("module:callable", in process)'
             )
         if self.function is not None and ":" not in self.function:
-            raise ValueError(f"tool {self.name!r}: `function` must look like \"package.module:callable\"")
+            raise ValueError(
+                f'tool {self.name!r}: `function` must look like "package.module:callable"'
+            )
         try:
             jsonschema.Draft202012Validator.check_schema(self.parameters)
         except jsonschema.SchemaError as exc:
-            raise ValueError(f"tool {self.name!r}: `parameters` is not a valid JSON schema: {exc.message}") from None
+            raise ValueError(
+                f"tool {self.name!r}: `parameters` is not a valid JSON schema: {exc.message}"
+            ) from None
         return self
 
 
@@ -114,14 +118,20 @@ class Sampling(Strict):
     max_tokens_per_episode: int = Field(default=1024, ge=1)  # sampled tokens over all turns
     context_window: int | None = Field(default=None, ge=64)  # default: the model's own
     stop: list[str] = Field(default_factory=list)  # e.g. ["</tool_call>"]: one call per reply
-    min_tokens_per_turn: int = Field(default=0, ge=0)  # no stop before this many tokens (benchmarks: fixed-length work)
+    min_tokens_per_turn: int = Field(
+        default=0, ge=0
+    )  # no stop before this many tokens (benchmarks: fixed-length work)
     max_batch: int = Field(default=32, ge=1)  # rollouts sampled together at most
-    kv_cache_mb: int = Field(default=1024, ge=0)  # KV caches kept between a rollout's turns, so a turn prefills only its new tokens; 0 re-prefills every turn
+    kv_cache_mb: int = Field(
+        default=1024, ge=0
+    )  # KV caches kept between a rollout's turns, so a turn prefills only its new tokens; 0 re-prefills every turn
 
     @model_validator(mode="after")
     def _min_within_max(self) -> Sampling:
         if self.min_tokens_per_turn > self.max_tokens_per_turn:
-            raise ValueError(f"min_tokens_per_turn ({self.min_tokens_per_turn}) is above max_tokens_per_turn ({self.max_tokens_per_turn})")
+            raise ValueError(
+                f"min_tokens_per_turn ({self.min_tokens_per_turn}) is above max_tokens_per_turn ({self.max_tokens_per_turn})"
+            )
         return self
 
 
@@ -130,7 +140,15 @@ class Lora(Strict):
     alpha: int = 32
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
     )
 
 
@@ -150,7 +168,9 @@ class Train(Strict):
     lora: Lora = Field(default_factory=Lora)
     checkpoint_interval: int = Field(default=10, ge=1)
     max_steps: int | None = Field(default=None, ge=1)
-    max_failed_fraction: float = Field(default=0.5, ge=0, le=1)  # abort a step past this share of discards
+    max_failed_fraction: float = Field(
+        default=0.5, ge=0, le=1
+    )  # abort a step past this share of discards
     eval_temperature: float | None = Field(default=None, ge=0)  # None: the sampling temperature
 
 
@@ -168,7 +188,9 @@ class Extension(Strict):
     @model_validator(mode="after")
     def _prefill_shape(self) -> Extension:
         if isinstance(self.prefill, list) and self.prefill_turns == "all":
-            raise ValueError("`prefill_turns: all` repeats one prefill; with a list of per-reply prefills leave it at `first`")
+            raise ValueError(
+                "`prefill_turns: all` repeats one prefill; with a list of per-reply prefills leave it at `first`"
+            )
         return self
 
     @property
@@ -176,6 +198,7 @@ class Extension(Strict):
         if self.prefill is None:
             return ()
         return (self.prefill,) if isinstance(self.prefill, str) else tuple(self.prefill)
+
     # rollouts
     sampling: Sampling = Field(default_factory=Sampling)
     group_size: int | None = Field(default=None, ge=1)  # overrides compute_multiplier
@@ -184,11 +207,17 @@ class Extension(Strict):
     tool_retries: int = Field(default=3, ge=0)
     tool_backoff_s: float = Field(default=0.5, ge=0)
     environment: Environment | None = None
-    judge: JudgeConfig | None = None  # where score_model/label_model graders run (agentrft.graders.judge)
-    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)  # python graders' limits; a grader's own win
+    judge: JudgeConfig | None = (
+        None  # where score_model/label_model graders run (agentrft.graders.judge)
+    )
+    sandbox: SandboxSpec = Field(
+        default_factory=SandboxSpec
+    )  # python graders' limits; a grader's own win
     # model and compute
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 where the hardware computes it natively (agentrft.policy.precision)
+    dtype: Literal["auto", "fp32", "bf16"] = (
+        "auto"  # auto: bf16 where the hardware computes it natively (agentrft.policy.precision)
+    )
     output_dir: str = "runs"
     train: Train = Field(default_factory=Train)
 
@@ -237,15 +266,21 @@ _UNKNOWN_TOP_LEVEL = "remove it; agentrft's own settings go under the `agentrft:
 
 
 def format_validation_error(source: str, exc: ValidationError) -> str:
-    lines = [f"{source}: invalid job ({exc.error_count()} problem{'s' if exc.error_count() > 1 else ''})"]
+    lines = [
+        f"{source}: invalid job ({exc.error_count()} problem{'s' if exc.error_count() > 1 else ''})"
+    ]
     for err in exc.errors():
-        lines.append(f"  - field `{_field_path(err['loc'])}`: {err['msg']} -> {fix_for(err, unknown_top_level=_UNKNOWN_TOP_LEVEL)}")
+        lines.append(
+            f"  - field `{_field_path(err['loc'])}`: {err['msg']} -> {fix_for(err, unknown_top_level=_UNKNOWN_TOP_LEVEL)}"
+        )
     return "\n".join(lines)
 
 
 def job_from_dict(data: Any, source: str = "<job>", base_dir: Path | None = None) -> Job:
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: a job must be a mapping with `training_file` and `method`, got {type(data).__name__}")
+        raise ConfigError(
+            f"{source}: a job must be a mapping with `training_file` and `method`, got {type(data).__name__}"
+        )
     try:
         job = Job.model_validate(data)
     except ValidationError as exc:
@@ -298,7 +333,10 @@ def resolve_hyperparameters(job: Job, n_train: int) -> Resolved:
         notes[name] = f"{value} (as given)"
         return value
 
-    batch = min(int(pick("batch_size", hp.batch_size, min(4, n_train), "4 rows, capped by the dataset")), n_train)
+    batch = min(
+        int(pick("batch_size", hp.batch_size, min(4, n_train), "4 rows, capped by the dataset")),
+        n_train,
+    )
     mult = float(pick("compute_multiplier", hp.compute_multiplier, 1.0, "default exploration"))
     if ext.group_size is not None:
         group = ext.group_size
@@ -307,21 +345,38 @@ def resolve_hyperparameters(job: Job, n_train: int) -> Resolved:
         group = max(2, round(8 * mult))
         notes["group_size"] = f"{group} (= round(8 x compute_multiplier {mult:g}))"
     steps_per_epoch = max(1, n_train // batch)
-    epochs = int(pick("n_epochs", hp.n_epochs, min(20, max(1, math.ceil(10 / steps_per_epoch))), f"about 10 steps at {steps_per_epoch} steps/epoch"))
-    lr_mult = float(pick("learning_rate_multiplier", hp.learning_rate_multiplier, 1.0, "the base rate"))
+    epochs = int(
+        pick(
+            "n_epochs",
+            hp.n_epochs,
+            min(20, max(1, math.ceil(10 / steps_per_epoch))),
+            f"about 10 steps at {steps_per_epoch} steps/epoch",
+        )
+    )
+    lr_mult = float(
+        pick("learning_rate_multiplier", hp.learning_rate_multiplier, 1.0, "the base rate")
+    )
     lr = ext.train.learning_rate * lr_mult
     notes["learning_rate"] = f"{lr:g} (= {ext.train.learning_rate:g} x {lr_mult:g})"
     total = steps_per_epoch * epochs
     if ext.train.max_steps is not None and ext.train.max_steps < total:
-        notes["total_steps"] = f"{ext.train.max_steps} (agentrft.train.max_steps; {total} otherwise)"
+        notes["total_steps"] = (
+            f"{ext.train.max_steps} (agentrft.train.max_steps; {total} otherwise)"
+        )
         total = ext.train.max_steps
     else:
         notes["total_steps"] = f"{total} (= {steps_per_epoch} steps/epoch x {epochs} epochs)"
-    eval_interval = int(pick("eval_interval", hp.eval_interval, max(1, total // 4), "4 evaluations per run"))
+    eval_interval = int(
+        pick("eval_interval", hp.eval_interval, max(1, total // 4), "4 evaluations per run")
+    )
     eval_samples = int(pick("eval_samples", hp.eval_samples, 2, "2 rollouts per validation row"))
     if job.validation_file is None:
         eval_interval = 0
         notes["eval_interval"] = "never (no validation_file)"
     if hp.reasoning_effort != "auto":
-        notes["reasoning_effort"] = f"{hp.reasoning_effort} (ignored: the model has no reasoning mode)"
-    return Resolved(batch, group, epochs, lr, eval_interval, eval_samples, steps_per_epoch, total, notes)
+        notes["reasoning_effort"] = (
+            f"{hp.reasoning_effort} (ignored: the model has no reasoning mode)"
+        )
+    return Resolved(
+        batch, group, epochs, lr, eval_interval, eval_samples, steps_per_epoch, total, notes
+    )

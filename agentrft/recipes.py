@@ -36,12 +36,16 @@ def load(name: str = DEFAULT, root: Path = RECIPES) -> ModuleType:
     if not script.is_file():
         names = available(root)
         if not names:
-            raise ConfigError(f"no recipes under {root}: `agentrft demo` runs from a checkout of the agentrft repository")
+            raise ConfigError(
+                f"no recipes under {root}: `agentrft demo` runs from a checkout of the agentrft repository"
+            )
         raise ConfigError(f"no recipe {name!r} -> one of: {', '.join(names)}")
     spec = importlib.util.spec_from_file_location(f"agentrft_recipe_{name}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not callable(getattr(module, "run", None)):
-        raise ConfigError(f"{script}: a recipe's demo.py defines run(out, steps=None, seed=None, job_path=None)")
+        raise ConfigError(
+            f"{script}: a recipe's demo.py defines run(out, steps=None, seed=None, job_path=None)"
+        )
     return module

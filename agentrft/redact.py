@@ -16,7 +16,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 REDACTED = "REDACTED"
-_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`.,;:)\]]")  # not its closing punctuation
+_URL = re.compile(
+    r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>`]*[^\s'\"<>`.,;:)\]]"
+)  # not its closing punctuation
 
 
 def redact_url(url: str) -> str:
@@ -30,7 +32,9 @@ def redact_url(url: str) -> str:
         netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
     query = parts.query
     if query:
-        query = urlencode([(k, REDACTED) for k, _ in parse_qsl(query, keep_blank_values=True)], safe="")
+        query = urlencode(
+            [(k, REDACTED) for k, _ in parse_qsl(query, keep_blank_values=True)], safe=""
+        )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
@@ -45,7 +49,9 @@ def redact_job(data: Any) -> Any:
     if isinstance(data, Mapping):
         out: dict[str, Any] = {}
         for key, value in data.items():
-            if key in ("headers", "env") and isinstance(value, Mapping):  # env: the environment server's variables
+            if key in ("headers", "env") and isinstance(
+                value, Mapping
+            ):  # env: the environment server's variables
                 out[key] = {k: REDACTED for k in value}
             elif isinstance(key, str) and key.endswith("url") and isinstance(value, str):
                 out[key] = redact_url(value)

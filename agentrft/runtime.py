@@ -32,8 +32,12 @@ def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
     (the job's environment server)."""
     ext = job.agentrft
     return build_tools(
-        job.rl.tools, timeout_s=ext.tool_timeout_s, retries=ext.tool_retries, backoff_s=ext.tool_backoff_s,
-        base_url=base_url, base_dir=str(job.resolve_path(".")),
+        job.rl.tools,
+        timeout_s=ext.tool_timeout_s,
+        retries=ext.tool_retries,
+        backoff_s=ext.tool_backoff_s,
+        base_url=base_url,
+        base_dir=str(job.resolve_path(".")),
     )
 
 
@@ -41,19 +45,29 @@ def tool_call_cap(job: Job, grader: Any = None) -> int | None:
     """The most tool calls a rollout may ask for: `agentrft.max_tool_calls`, lowered to the
     smallest `tool_budget` in the grader. A rollout that asks for call N+1 past a budget of
     N stops there: its grade is -1 whatever it does next."""
-    caps = [c for c in (job.agentrft.max_tool_calls, None if grader is None else tool_call_limit(grader)) if c is not None]
+    caps = [
+        c
+        for c in (job.agentrft.max_tool_calls, None if grader is None else tool_call_limit(grader))
+        if c is not None
+    ]
     return min(caps) if caps else None
 
 
-def settings_from_job(job: Job, policy: Policy, base_url: str | None = None, grader: Any = None) -> RolloutSettings:
+def settings_from_job(
+    job: Job, policy: Policy, base_url: str | None = None, grader: Any = None
+) -> RolloutSettings:
     """Rollout settings for a local policy. Give the `grader` so its tool budget caps calls."""
     ext = job.agentrft
     return RolloutSettings(
-        renderer=ChatRenderer(policy.tokenizer, job.rl.tools, ext.system_prompt, ext.few_shot_messages),
+        renderer=ChatRenderer(
+            policy.tokenizer, job.rl.tools, ext.system_prompt, ext.few_shot_messages
+        ),
         tools=tools_from_job(job, base_url),
         max_tokens_per_turn=ext.sampling.max_tokens_per_turn,
         max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
-        context_window=min(ext.sampling.context_window or policy.context_window, policy.context_window),
+        context_window=min(
+            ext.sampling.context_window or policy.context_window, policy.context_window
+        ),
         max_episode_steps=job.rl.max_episode_steps,
         max_tool_calls=tool_call_cap(job, grader),
         prefills=ext.prefills,
@@ -63,32 +77,50 @@ def settings_from_job(job: Job, policy: Policy, base_url: str | None = None, gra
 
 def _one_prefill(prefills: tuple[str, ...]) -> str | None:
     if len(prefills) > 1:
-        raise ConfigError("per-reply prefills cannot be sent to a chat endpoint; evaluate with the local model, or use a single \"<tool_call>\" prefill")
+        raise ConfigError(
+            'per-reply prefills cannot be sent to a chat endpoint; evaluate with the local model, or use a single "<tool_call>" prefill'
+        )
     return prefills[0] if prefills else None
 
 
-def chat_settings_from_job(job: Job, base_url: str | None = None, grader: Any = None, temperature: float | None = None) -> ChatRolloutSettings:
+def chat_settings_from_job(
+    job: Job, base_url: str | None = None, grader: Any = None, temperature: float | None = None
+) -> ChatRolloutSettings:
     """Rollout settings for an OpenAI-compatible chat endpoint (`base_url`: the job's
     environment server). Give the `grader` so its tool budget caps calls."""
     ext, s = job.agentrft, job.agentrft.sampling
     return ChatRolloutSettings(
-        tools=tools_from_job(job, base_url), system_prompt=ext.system_prompt, few_shot_messages=tuple(ext.few_shot_messages),
-        max_tokens_per_turn=s.max_tokens_per_turn, max_tokens_per_episode=s.max_tokens_per_episode,
-        max_episode_steps=job.rl.max_episode_steps, max_tool_calls=tool_call_cap(job, grader),
-        prefill=_one_prefill(ext.prefills), prefill_all_turns=ext.prefill_turns == "all",
+        tools=tools_from_job(job, base_url),
+        system_prompt=ext.system_prompt,
+        few_shot_messages=tuple(ext.few_shot_messages),
+        max_tokens_per_turn=s.max_tokens_per_turn,
+        max_tokens_per_episode=s.max_tokens_per_episode,
+        max_episode_steps=job.rl.max_episode_steps,
+        max_tool_calls=tool_call_cap(job, grader),
+        prefill=_one_prefill(ext.prefills),
+        prefill_all_turns=ext.prefill_turns == "all",
         # no seed: one seed for every rollout of a row would make an endpoint repeat itself
         # min_tokens: vLLM's extra parameter (sent only when set)
-        sampling={"temperature": s.temperature if temperature is None else temperature, "top_p": s.top_p,
-                  "stop": list(s.stop) or None, "min_tokens": s.min_tokens_per_turn or None},
+        sampling={
+            "temperature": s.temperature if temperature is None else temperature,
+            "top_p": s.top_p,
+            "stop": list(s.stop) or None,
+            "min_tokens": s.min_tokens_per_turn or None,
+        },
     )
 
 
-def sampling_params(job: Job, seed: int | None = None, temperature: float | None = None) -> SamplingParams:
+def sampling_params(
+    job: Job, seed: int | None = None, temperature: float | None = None
+) -> SamplingParams:
     """The job's sampling parameters (`seed` default: the job's seed)."""
     s = job.agentrft.sampling
     return SamplingParams(
         temperature=s.temperature if temperature is None else temperature,
-        top_p=s.top_p, max_tokens=s.max_tokens_per_turn, seed=job.seed if seed is None else seed, stop=tuple(s.stop),
+        top_p=s.top_p,
+        max_tokens=s.max_tokens_per_turn,
+        seed=job.seed if seed is None else seed,
+        stop=tuple(s.stop),
         min_tokens=s.min_tokens_per_turn,
     )
 
@@ -106,7 +138,11 @@ def loss_config(job: Job) -> LossConfig:
     from agentrft.train.loss import LossConfig
 
     t = job.agentrft.train
-    clip_high = t.clip_high if t.clip_high is not None else (DAPO_CLIP_HIGH if t.loss == "dapo" else t.clip_low)
+    clip_high = (
+        t.clip_high
+        if t.clip_high is not None
+        else (DAPO_CLIP_HIGH if t.loss == "dapo" else t.clip_low)
+    )
     return LossConfig(t.loss, t.clip_low, clip_high, t.kl_coef)
 
 
@@ -126,8 +162,9 @@ def update_config(job: Job, bf16: bool) -> UpdateConfig:
         loss=loss_config(job),
         # log-probs are scored at the temperature they were sampled at (greedy: 1.0)
         temperature=ext.sampling.temperature if ext.sampling.temperature > 0 else 1.0,
-        ppo_epochs=ext.train.ppo_epochs, micro_batch_tokens=ext.train.micro_batch_tokens,
-        max_grad_norm=ext.train.max_grad_norm, max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
+        ppo_epochs=ext.train.ppo_epochs,
+        micro_batch_tokens=ext.train.micro_batch_tokens,
+        max_grad_norm=ext.train.max_grad_norm,
+        max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
         bf16=bf16,
     )
-

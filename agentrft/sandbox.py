@@ -111,12 +111,21 @@ class Protection:
     why_no_cgroup: str = ""
 
     def describe(self) -> str:
-        who = ("code runs as a fresh unprivileged uid with no capabilities" if self.drops_root
-               else "code runs in a user namespace with no capabilities")
+        who = (
+            "code runs as a fresh unprivileged uid with no capabilities"
+            if self.drops_root
+            else "code runs in a user namespace with no capabilities"
+        )
         if self.cgroup:
-            caps = f"a cgroup {self.cgroup} caps memory, processes and CPU time for the whole sandbox"
+            caps = (
+                f"a cgroup {self.cgroup} caps memory, processes and CPU time for the whole sandbox"
+            )
         else:
-            nproc = "processes capped by RLIMIT_NPROC under the sandbox uid" if self.drops_root else "the number of processes is not capped"
+            nproc = (
+                "processes capped by RLIMIT_NPROC under the sandbox uid"
+                if self.drops_root
+                else "the number of processes is not capped"
+            )
             caps = f"no cgroup ({self.why_no_cgroup}): memory and CPU time are limited per process only, {nproc}"
         return f"sandbox: bubblewrap; {who}; {caps}"
 
@@ -124,7 +133,12 @@ class Protection:
 def _needed_dirs(argv: Sequence[str]) -> set[str]:
     """This interpreter's installation (a virtualenv, its base Python) and, for a program
     given by path, its installation prefix (bin/..): the sandbox must see them."""
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
     if argv and os.path.isabs(argv[0]):
         candidates.add(str(Path(argv[0]).parent.parent))
         candidates.add(os.path.dirname(os.path.realpath(argv[0])))
@@ -147,7 +161,9 @@ def _closed_ancestor(path: str) -> str | None:
     return None
 
 
-def _hidden_and_visible(workdir: Path, argv: Sequence[str], drops_root: bool) -> tuple[list[str], list[str]]:
+def _hidden_and_visible(
+    workdir: Path, argv: Sequence[str], drops_root: bool
+) -> tuple[list[str], list[str]]:
     """Directories covered by an empty tmpfs (/tmp, and where the sandbox uid could not
     enter anyway) and the needed directories under them, bound back read-only."""
     needed = _needed_dirs(argv)
@@ -168,29 +184,84 @@ def bwrap_argv(workdir: Path, argv: Sequence[str], uid: int | None = None) -> li
     runs as root and drops to it inside); None: bwrap's own user namespace."""
     exe = shutil.which("bwrap")
     if exe is None:
-        raise SandboxUnavailable(f"untrusted code runs only inside bubblewrap, which is not installed. Install it:\n  {INSTALL_HINT}")
+        raise SandboxUnavailable(
+            f"untrusted code runs only inside bubblewrap, which is not installed. Install it:\n  {INSTALL_HINT}"
+        )
     w = str(workdir)
     hidden, visible = _hidden_and_visible(workdir, argv, uid is not None)
     drop = uid is not None
     # as root, /tmp must be writable by the sandbox uid (--perms needs bubblewrap >= 0.6; a
     # user's own sandbox keeps the plain tmpfs it owns, which older versions build too)
-    cover = [arg for d in hidden for arg in (["--perms", "1777"] if d == "/tmp" and drop else []) + ["--tmpfs", d]]
+    cover = [
+        arg
+        for d in hidden
+        for arg in (["--perms", "1777"] if d == "/tmp" and drop else []) + ["--tmpfs", d]
+    ]
     keep = [arg for d in visible for arg in ("--ro-bind", d, d)]
     # as root, bwrap creates the directories leading to a bind as 0700: the sandbox uid must pass
-    steps = sorted({str(a) for d in [*visible, w] for a in Path(d).parents
-                    if any(Path(h) in a.parents for h in hidden)}) if drop else []
+    steps = (
+        sorted(
+            {
+                str(a)
+                for d in [*visible, w]
+                for a in Path(d).parents
+                if any(Path(h) in a.parents for h in hidden)
+            }
+        )
+        if drop
+        else []
+    )
     paths = [arg for d in steps for arg in ("--perms", "0755", "--dir", d)]
     if uid is None:
         namespaces = ["--unshare-all", "--cap-drop", "ALL"]
         run = list(argv)
     else:  # no user namespace: it would map the code's uid back to root on the host
-        namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-                      "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-        run = [sys.executable, "-I", "-S", "-c", _DROP, str(uid), w, *argv]  # it enters `w` as the uid
+        namespaces = [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--cap-add",
+            "CAP_SETPCAP",
+        ]
+        run = [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            _DROP,
+            str(uid),
+            w,
+            *argv,
+        ]  # it enters `w` as the uid
     return [
-        exe, "--ro-bind", "/", "/", *cover, *paths, *keep, "--dev", "/dev", "--proc", "/proc",
-        *namespaces, "--die-with-parent", "--new-session",
-        "--bind", w, w, *(["--chdir", w] if uid is None else []), "--", *run,
+        exe,
+        "--ro-bind",
+        "/",
+        "/",
+        *cover,
+        *paths,
+        *keep,
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        *namespaces,
+        "--die-with-parent",
+        "--new-session",
+        "--bind",
+        w,
+        w,
+        *(["--chdir", w] if uid is None else []),
+        "--",
+        *run,
     ]
 
 
@@ -225,8 +296,10 @@ def _probe() -> Protection | str:
             _hand_over(Path(tmp), uid)
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
-        return (f"bubblewrap is installed but cannot create a sandbox here: {proc.stderr.strip()[:300]}. "
-                "It needs user namespaces (sysctl kernel.unprivileged_userns_clone=1) or root.")
+        return (
+            f"bubblewrap is installed but cannot create a sandbox here: {proc.stderr.strip()[:300]}. "
+            "It needs user namespaces (sysctl kernel.unprivileged_userns_clone=1) or root."
+        )
     try:
         group = cgroups.create(64 << 20, 8)
     except OSError as exc:
@@ -274,7 +347,9 @@ def _hand_over(workdir: Path, uid: int) -> None:
             os.lchown(name, uid, uid)
 
 
-async def run_sandboxed(argv: Sequence[str], workdir: Path, limits: Limits, env: dict[str, str] | None = None) -> Result:
+async def run_sandboxed(
+    argv: Sequence[str], workdir: Path, limits: Limits, env: dict[str, str] | None = None
+) -> Result:
     """Run `argv` in a sandbox whose only writable directory is `workdir`. Started by root,
     `workdir` and everything in it are handed to the sandbox's uid first: give it a
     directory made for the run (a copy of a workspace, not the original)."""
@@ -296,7 +371,11 @@ async def run_sandboxed(argv: Sequence[str], workdir: Path, limits: Limits, env:
     try:
         with out.open("wb") as fo, err.open("wb") as fe:
             proc = await asyncio.create_subprocess_exec(
-                *cmd, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, start_new_session=True,
+                *cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=fo,
+                stderr=fe,
+                start_new_session=True,
                 env=env if env is not None else _default_env(workdir),
                 preexec_fn=functools.partial(_set_limits, limits, group, uid),
             )
@@ -324,9 +403,16 @@ async def run_sandboxed(argv: Sequence[str], workdir: Path, limits: Limits, env:
         if group is not None:
             await asyncio.to_thread(group.remove)
     # bwrap reports a child killed by signal S as 128 + S
-    killed = rc is not None and rc in (128 + signal.SIGXCPU, 128 + signal.SIGKILL, -signal.SIGXCPU, -signal.SIGKILL)
+    killed = rc is not None and rc in (
+        128 + signal.SIGXCPU,
+        128 + signal.SIGKILL,
+        -signal.SIGXCPU,
+        -signal.SIGKILL,
+    )
     cpu_limit = group_cpu or (killed and not memory_limit)
-    return Result(rc, _tail(out), _tail(err), time.perf_counter() - t0, wall_timeout, cpu_limit, memory_limit)
+    return Result(
+        rc, _tail(out), _tail(err), time.perf_counter() - t0, wall_timeout, cpu_limit, memory_limit
+    )
 
 
 def _kill(pid: int, group: cgroups.Group | None) -> None:
@@ -339,4 +425,9 @@ def _kill(pid: int, group: cgroups.Group | None) -> None:
 def _default_env(workdir: Path) -> dict[str, str]:
     # one thread per numeric library: their default (one per core) would use up the pids cap
     threads = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8", **threads}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(workdir),
+        "LANG": "C.UTF-8",
+        **threads,
+    }

@@ -49,26 +49,49 @@ def weight_bytes(model: torch.nn.Module, dtype_bytes: int) -> int:
 
 def prompt_ids(policy: HFPolicy, n_tokens: int) -> list[int]:
     tok = policy.tokenizer
-    system = " ".join(["You are a careful assistant that looks things up before answering."] * max(1, n_tokens // 12))
-    text = tok.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": "Tell me a long story."}], tokenize=False, add_generation_prompt=True)
+    system = " ".join(
+        ["You are a careful assistant that looks things up before answering."]
+        * max(1, n_tokens // 12)
+    )
+    text = tok.apply_chat_template(
+        [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "Tell me a long story."},
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
 def time_sample(policy: HFPolicy, prompt: list[int], batch: int, tokens: int) -> float:
     policy.stop_token_ids = frozenset({-1})  # never stop early: exactly `tokens` per row
     t0 = time.perf_counter()
-    out = policy.sample([prompt] * batch, SamplingParams(temperature=1.0, max_tokens=tokens), seeds=list(range(batch)))
+    out = policy.sample(
+        [prompt] * batch,
+        SamplingParams(temperature=1.0, max_tokens=tokens),
+        seeds=list(range(batch)),
+    )
     dt = time.perf_counter() - t0
     assert all(len(c.tokens) == tokens for c in out)
     return batch * tokens / dt
 
 
-def time_generate(model: torch.nn.Module, prompt: list[int], batch: int, tokens: int, autocast: bool) -> float:
+def time_generate(
+    model: torch.nn.Module, prompt: list[int], batch: int, tokens: int, autocast: bool
+) -> float:
     ids = torch.tensor([prompt] * batch)
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.no_grad()
     with torch.no_grad(), ctx:
         t0 = time.perf_counter()
-        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, min_new_tokens=tokens, do_sample=True, pad_token_id=2)
+        model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            do_sample=True,
+            pad_token_id=2,
+        )
         return batch * tokens / (time.perf_counter() - t0)
 
 
@@ -80,7 +103,9 @@ def main() -> None:
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     bw = copy_bandwidth_gbs()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; copy bandwidth {bw:.1f} GB/s")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; copy bandwidth {bw:.1f} GB/s"
+    )
 
     from agentrft.job import Train
     from agentrft.train.checkpoint import make_trainable
@@ -89,19 +114,27 @@ def main() -> None:
         evalp = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype=dtype)
         prompt = prompt_ids(evalp, args.prompt_tokens)
         plain = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype="fp32").model
-        trainp = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype=dtype, for_training=True)
+        trainp = HFPolicy.load(
+            "smollm2-135m-instruct", device="cpu", dtype=dtype, for_training=True
+        )
         trainp.model = make_trainable(trainp.model, Train(), seed=0)
         trainp.sync_sampler()
         wbytes = weight_bytes(evalp.model, 2 if dtype == "bf16" else 4)
         time_sample(evalp, prompt, 1, 4)  # warm-up
-        print(f"\n{dtype}: prompt {len(prompt)} tokens, {args.tokens} new tokens per row, weights {wbytes / 2**20:.0f} MiB per decode step")
-        print(f"{'batch':>5} {'generate':>10} {'agentrft':>10} {'ratio':>6} {'train set-up':>13} {'bound':>9} {'of bound':>9}")
+        print(
+            f"\n{dtype}: prompt {len(prompt)} tokens, {args.tokens} new tokens per row, weights {wbytes / 2**20:.0f} MiB per decode step"
+        )
+        print(
+            f"{'batch':>5} {'generate':>10} {'agentrft':>10} {'ratio':>6} {'train set-up':>13} {'bound':>9} {'of bound':>9}"
+        )
         for b in batches:
             gen = time_generate(plain, prompt, b, args.tokens, autocast=dtype == "bf16")
             ours = time_sample(evalp, prompt, b, args.tokens)
             tr = time_sample(trainp, prompt, b, args.tokens)
             bound = b * bw * 1e9 / wbytes
-            print(f"{b:>5} {gen:>10.1f} {ours:>10.1f} {ours / gen:>5.2f}x {tr:>13.1f} {bound:>9.0f} {ours / bound:>8.1%}")
+            print(
+                f"{b:>5} {gen:>10.1f} {ours:>10.1f} {ours / gen:>5.2f}x {tr:>13.1f} {bound:>9.0f} {ours / bound:>8.1%}"
+            )
         del evalp, plain, trainp
 
 

@@ -52,17 +52,41 @@ SIDES = ("agentrft", "trl")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default="single,multi", help="comma-separated: single, multi")
-    ap.add_argument("--dtypes", default="fp32,bf16", help="dtypes of the single-turn task (multi runs bf16 only)")
+    ap.add_argument(
+        "--dtypes",
+        default="fp32,bf16",
+        help="dtypes of the single-turn task (multi runs bf16 only)",
+    )
     ap.add_argument("--rows", type=int, default=4, help="prompts per step")
     ap.add_argument("--group", type=int, default=8, help="rollouts per prompt")
-    ap.add_argument("--max-new-tokens", type=int, default=64, help="single-turn: new tokens per reply")
-    ap.add_argument("--multi-rows", type=int, default=2, help="prompts per step of the multi-turn task")
-    ap.add_argument("--multi-max-tokens", type=int, default=96, help="multi-turn: sampled-token budget (TRL: max_completion_length)")
+    ap.add_argument(
+        "--max-new-tokens", type=int, default=64, help="single-turn: new tokens per reply"
+    )
+    ap.add_argument(
+        "--multi-rows", type=int, default=2, help="prompts per step of the multi-turn task"
+    )
+    ap.add_argument(
+        "--multi-max-tokens",
+        type=int,
+        default=96,
+        help="multi-turn: sampled-token budget (TRL: max_completion_length)",
+    )
     ap.add_argument("--steps", type=int, default=3, help="measured steps")
-    ap.add_argument("--multi-steps", type=int, default=2, help="measured steps of the multi-turn task")
+    ap.add_argument(
+        "--multi-steps", type=int, default=2, help="measured steps of the multi-turn task"
+    )
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured steps first")
-    ap.add_argument("--fixed-length", action="store_true", help="single-turn: every reply exactly --max-new-tokens long on both sides (no stop token before), so both sample and train on the same number of tokens")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads in each run (default: torch's choice)")
+    ap.add_argument(
+        "--fixed-length",
+        action="store_true",
+        help="single-turn: every reply exactly --max-new-tokens long on both sides (no stop token before), so both sample and train on the same number of tokens",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads in each run (default: torch's choice)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     # internal: one side of one comparison in this process
@@ -77,8 +101,17 @@ def config_for(args: argparse.Namespace, task: str) -> Any:
     from vs_trl_runners import Config
 
     if task == "multi":
-        return Config(args.multi_rows, args.group, args.multi_max_tokens, args.multi_steps, args.warmup)
-    return Config(args.rows, args.group, args.max_new_tokens, args.steps, args.warmup, fixed_length=args.fixed_length)
+        return Config(
+            args.multi_rows, args.group, args.multi_max_tokens, args.multi_steps, args.warmup
+        )
+    return Config(
+        args.rows,
+        args.group,
+        args.max_new_tokens,
+        args.steps,
+        args.warmup,
+        fixed_length=args.fixed_length,
+    )
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -109,22 +142,64 @@ def worker(args: argparse.Namespace) -> None:
 def machine() -> dict[str, Any]:
     import torch
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), platform.processor())
-    mem = next((int(ln.split()[1]) / 2**20 for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")), 0.0)
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem = next(
+        (
+            int(ln.split()[1]) / 2**20
+            for ln in Path("/proc/meminfo").read_text().splitlines()
+            if ln.startswith("MemTotal")
+        ),
+        0.0,
+    )
     import transformers
     import trl
 
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "ram_gib": round(mem, 1), "torch": torch.__version__,
-        "transformers": transformers.__version__, "trl": trl.__version__, "load_avg_start": os.getloadavg(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem, 1),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "load_avg_start": os.getloadavg(),
     }
 
 
-def run_side(args: argparse.Namespace, side: str, task: str, dtype: str, root: Path) -> dict[str, Any] | None:
+def run_side(
+    args: argparse.Namespace, side: str, task: str, dtype: str, root: Path
+) -> dict[str, Any] | None:
     work = root / f"{task}-{dtype}-{side}"
     work.mkdir(parents=True)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", side, "--task", task, "--dtype", dtype, "--work", str(work)]
-    for flag in ("rows", "group", "max_new_tokens", "multi_rows", "multi_max_tokens", "steps", "multi_steps", "warmup", "threads"):
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        side,
+        "--task",
+        task,
+        "--dtype",
+        dtype,
+        "--work",
+        str(work),
+    ]
+    for flag in (
+        "rows",
+        "group",
+        "max_new_tokens",
+        "multi_rows",
+        "multi_max_tokens",
+        "steps",
+        "multi_steps",
+        "warmup",
+        "threads",
+    ):
         value = getattr(args, flag)
         if value is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(value)]
@@ -132,12 +207,21 @@ def run_side(args: argparse.Namespace, side: str, task: str, dtype: str, root: P
         cmd.append("--fixed-length")
     t0 = time.perf_counter()
     with (work / "log.txt").open("w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
+        proc = subprocess.run(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"},
+        )
     wall = time.perf_counter() - t0
     load = os.getloadavg()[0]
     if proc.returncode != 0:
         tail = (work / "log.txt").read_text().splitlines()[-25:]
-        print(f"  {side:8s} {task}/{dtype}: FAILED (exit {proc.returncode}) after {wall:.0f}s; log {work / 'log.txt'}:\n    " + "\n    ".join(tail), flush=True)
+        print(
+            f"  {side:8s} {task}/{dtype}: FAILED (exit {proc.returncode}) after {wall:.0f}s; log {work / 'log.txt'}:\n    "
+            + "\n    ".join(tail),
+            flush=True,
+        )
         return None
     if not args.keep:  # the merged model and checkpoints agentrft exports at the end (~0.5 GB)
         for heavy in ("run/final", "run/checkpoints", "trl"):
@@ -173,8 +257,14 @@ HIGHER_IS_BETTER = {"tokens_per_s"}
 
 
 def summary(result: dict[str, Any], warmup: int) -> dict[str, float]:
-    out = {key: mean(result, key, warmup) for _, key, _ in ROWS if key not in ("tokens_per_s", "update_ms_per_1k")}
-    out["tokens_per_s"] = out["sampled_tokens"] / out["sampling_s"] if out["sampling_s"] else float("nan")
+    out = {
+        key: mean(result, key, warmup)
+        for _, key, _ in ROWS
+        if key not in ("tokens_per_s", "update_ms_per_1k")
+    }
+    out["tokens_per_s"] = (
+        out["sampled_tokens"] / out["sampling_s"] if out["sampling_s"] else float("nan")
+    )
     tokens = out["update_context_tokens"]
     out["update_ms_per_1k"] = 1e6 * out["update_s"] / tokens if tokens else float("nan")
     return out
@@ -186,7 +276,12 @@ def table(a: dict[str, Any], t: dict[str, Any], warmup: int) -> str:
     for label, key, fmt in ROWS:
         x, y = sa[key], st[key]
         ratio = ""
-        if key in ("sampling_s", "reward_s", "update_s", "step_s", "tokens_per_s", "update_ms_per_1k") and x > 0 and y > 0:
+        if (
+            key
+            in ("sampling_s", "reward_s", "update_s", "step_s", "tokens_per_s", "update_ms_per_1k")
+            and x > 0
+            and y > 0
+        ):
             r = (x / y) if key in HIGHER_IS_BETTER else (y / x)
             ratio = f"{r:.2f}x" if key != "step_s" else f"**{r:.2f}x**"
         cells = [fmt.format(v) if math.isfinite(v) else "-" for v in (x, y)]
@@ -196,36 +291,69 @@ def table(a: dict[str, Any], t: dict[str, Any], warmup: int) -> str:
 
 def prompt_check(a: dict[str, Any], t: dict[str, Any]) -> str:
     ours, theirs = a["prompt_ids"], t["prompt_ids"]  # [step][prompt] -> ids
-    pairs = [(x, y) for sa, st in zip(ours, theirs, strict=False) for x, y in zip(sa, st, strict=False)]
+    pairs = [
+        (x, y) for sa, st in zip(ours, theirs, strict=False) for x, y in zip(sa, st, strict=False)
+    ]
     same = sum(x == y for x, y in pairs)
     lengths = sorted({len(x) for x, _ in pairs})
-    verdict = "identical" if pairs and same == len(pairs) and len(ours) == len(theirs) else "DIFFERENT"
-    return f"prompt token ids: {verdict} on both sides ({same}/{len(pairs)} prompts over {len(theirs)} steps, {lengths[0]}-{lengths[-1]} tokens)" if pairs else "prompt token ids: none captured"
+    verdict = (
+        "identical" if pairs and same == len(pairs) and len(ours) == len(theirs) else "DIFFERENT"
+    )
+    return (
+        f"prompt token ids: {verdict} on both sides ({same}/{len(pairs)} prompts over {len(theirs)} steps, {lengths[0]}-{lengths[-1]} tokens)"
+        if pairs
+        else "prompt token ids: none captured"
+    )
 
 
-def report(args: argparse.Namespace, results: dict[tuple[str, str, str], dict[str, Any] | None], info: dict[str, Any]) -> None:
-    print(f"\n## Machine\n\n{info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM; torch {info['torch']}, transformers {info['transformers']}, trl {info['trl']}")
+def report(
+    args: argparse.Namespace,
+    results: dict[tuple[str, str, str], dict[str, Any] | None],
+    info: dict[str, Any],
+) -> None:
+    print(
+        f"\n## Machine\n\n{info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB RAM; torch {info['torch']}, transformers {info['transformers']}, trl {info['trl']}"
+    )
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in info['load_avg_start'])}")
     for task, dtype in dict.fromkeys((k[0], k[1]) for k in results):  # in the order they ran
         a, t = results.get((task, dtype, "agentrft")), results.get((task, dtype, "trl"))
         cfg = config_for(args, task)
         what = "single-turn" if task == "single" else "multi-turn tool task"
-        budget = f"<= {cfg.max_new_tokens} new tokens" if task == "single" else f"<= 3 replies, {cfg.max_new_tokens}-token budget"
-        print(f"\n## {what}, {dtype}: {cfg.rows} prompts x {cfg.group} rollouts per step, {budget}, {cfg.steps} measured steps after {cfg.warmup} warm-up\n")
+        budget = (
+            f"<= {cfg.max_new_tokens} new tokens"
+            if task == "single"
+            else f"<= 3 replies, {cfg.max_new_tokens}-token budget"
+        )
+        print(
+            f"\n## {what}, {dtype}: {cfg.rows} prompts x {cfg.group} rollouts per step, {budget}, {cfg.steps} measured steps after {cfg.warmup} warm-up\n"
+        )
         if a is None or t is None:
-            print("not compared: " + ", ".join(s for s, r in (("agentrft", a), ("TRL", t)) if r is None) + " failed (see its log above)")
+            print(
+                "not compared: "
+                + ", ".join(s for s, r in (("agentrft", a), ("TRL", t)) if r is None)
+                + " failed (see its log above)"
+            )
             continue
         print(table(a, t, cfg.warmup))
         print(f"\n{prompt_check(a, t)}")
-        print(f"torch threads: agentrft {a['torch_threads']}, TRL {t['torch_threads']}; wall per run (load, model, all steps): agentrft {a['wall_s']:.0f}s, TRL {t['wall_s']:.0f}s; load average after: {a['load_avg_end']:.2f} / {t['load_avg_end']:.2f}")
+        print(
+            f"torch threads: agentrft {a['torch_threads']}, TRL {t['torch_threads']}; wall per run (load, model, all steps): agentrft {a['wall_s']:.0f}s, TRL {t['wall_s']:.0f}s; load average after: {a['load_avg_end']:.2f} / {t['load_avg_end']:.2f}"
+        )
         p = t["precision"]
-        print(f"TRL precision: accelerate mixed_precision={p['mixed_precision']}, native autocast={p['native_amp']}, LoRA weights {p['master_weights']}, base weights {p['base_weights']}, "
-              f"Linear outputs by phase {json.dumps(p['linear_output_dtype'], sort_keys=True)}")
+        print(
+            f"TRL precision: accelerate mixed_precision={p['mixed_precision']}, native autocast={p['native_amp']}, LoRA weights {p['master_weights']}, base weights {p['base_weights']}, "
+            f"Linear outputs by phase {json.dumps(p['linear_output_dtype'], sort_keys=True)}"
+        )
         if task == "multi":
-            print(f"TRL swapped in a training chat template: {t['chat_template_swapped']}; agentrft rendered tools natively: {a['native_tools']}")
+            print(
+                f"TRL swapped in a training chat template: {t['chat_template_swapped']}; agentrft rendered tools natively: {a['native_tools']}"
+            )
             for side, r in (("agentrft", a), ("TRL", t)):
                 turns = r["example_tool_rollout"]
-                print(f"a {side} rollout that called the tool:" + ("".join(f"\n    {line}" for line in turns) if turns else " none in this run"))
+                print(
+                    f"a {side} rollout that called the tool:"
+                    + ("".join(f"\n    {line}" for line in turns) if turns else " none in this run")
+                )
 
 
 def main() -> None:
@@ -236,7 +364,11 @@ def main() -> None:
         return
     info = machine()
     root = Path(tempfile.mkdtemp(prefix="train_vs_trl."))
-    plan = [(task, dtype) for task in args.tasks.split(",") for dtype in (args.dtypes.split(",") if task == "single" else ["bf16"])]
+    plan = [
+        (task, dtype)
+        for task in args.tasks.split(",")
+        for dtype in (args.dtypes.split(",") if task == "single" else ["bf16"])
+    ]
     print(f"runs in {root}", flush=True)
     results: dict[tuple[str, str, str], dict[str, Any] | None] = {}
     for task, dtype in plan:
@@ -244,7 +376,16 @@ def main() -> None:
             results[(task, dtype, side)] = run_side(args, side, task, dtype, root)
     report(args, results, info)
     if args.json:
-        args.json.write_text(json.dumps({"machine": info, "args": {k: str(v) for k, v in vars(args).items()}, "runs": {"/".join(k): v for k, v in results.items()}}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": info,
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "runs": {"/".join(k): v for k, v in results.items()},
+                },
+                indent=1,
+            )
+        )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     else:

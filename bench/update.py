@@ -49,7 +49,9 @@ def matmul_peak_tflops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> 
     return 2 * n**3 * repeats / (time.perf_counter() - t0) / 1e12
 
 
-def batch(groups: int, size: int, prompt_tokens: int, reply_tokens: int, vocab: int) -> list[Scored]:
+def batch(
+    groups: int, size: int, prompt_tokens: int, reply_tokens: int, vocab: int
+) -> list[Scored]:
     g = torch.Generator().manual_seed(0)
     items = []
     for k in range(groups):
@@ -57,7 +59,15 @@ def batch(groups: int, size: int, prompt_tokens: int, reply_tokens: int, vocab: 
         for j in range(size):
             reply = torch.randint(100, vocab, (reply_tokens,), generator=g).tolist()
             toks = prompt + reply
-            items.append(Scored(toks, list(range(prompt_tokens, len(toks))), [0.0] * reply_tokens, advantage=float(j % 2) - 0.5, group=k))
+            items.append(
+                Scored(
+                    toks,
+                    list(range(prompt_tokens, len(toks))),
+                    [0.0] * reply_tokens,
+                    advantage=float(j % 2) - 0.5,
+                    group=k,
+                )
+            )
     return items
 
 
@@ -69,9 +79,15 @@ def main() -> None:
     ap.add_argument("--reply-tokens", type=int, default=64)
     args = ap.parse_args()
     peaks = {"fp32": matmul_peak_tflops(torch.float32), "bf16": matmul_peak_tflops(torch.bfloat16)}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak fp32 {peaks['fp32'] * 1000:.0f} GFLOP/s, bf16 {peaks['bf16'] * 1000:.0f} GFLOP/s")
-    print(f"batch: {args.groups} groups x {args.group_size} rollouts, prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens")
-    print(f"{'set-up':<23} {'step s':>7} {'ctx tok/s':>10} {'MFU(ctx)':>9} {'run tok/s':>10} {'MFU(run)':>9} {'HFU':>7} {'peak MiB':>9}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak fp32 {peaks['fp32'] * 1000:.0f} GFLOP/s, bf16 {peaks['bf16'] * 1000:.0f} GFLOP/s"
+    )
+    print(
+        f"batch: {args.groups} groups x {args.group_size} rollouts, prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens"
+    )
+    print(
+        f"{'set-up':<23} {'step s':>7} {'ctx tok/s':>10} {'MFU(ctx)':>9} {'run tok/s':>10} {'MFU(run)':>9} {'HFU':>7} {'peak MiB':>9}"
+    )
     shared_min = update_module.MIN_SHARED
     for full, share in ((False, True), (False, False), (True, True)):
         update_module.MIN_SHARED = shared_min if share else 10**9  # no prefix is ever long enough
@@ -81,7 +97,13 @@ def main() -> None:
             n_head = policy.model.get_output_embeddings().weight.numel()
             model = make_trainable(policy.model, Train(full_finetune=full), seed=0)
             opt = make_optimizer(model, 1e-5, 0.0)
-            items = batch(args.groups, args.group_size, args.prompt_tokens, args.reply_tokens, policy.tokenizer.vocab_size)
+            items = batch(
+                args.groups,
+                args.group_size,
+                args.prompt_tokens,
+                args.reply_tokens,
+                policy.tokenizer.vocab_size,
+            )
             cfg = UpdateConfig(LossConfig(), micro_batch_tokens=8192, bf16=dtype == "bf16")
             update_policy(model, opt, items, cfg)  # warm-up
             reset_peak_rss()
@@ -89,13 +111,21 @@ def main() -> None:
             update_policy(model, opt, items, cfg)
             dt = time.perf_counter() - t0
             ctx = sum(len(it.tokens) for it in items)
-            run = args.groups * (args.prompt_tokens + args.group_size * args.reply_tokens) if share else ctx
+            run = (
+                args.groups * (args.prompt_tokens + args.group_size * args.reply_tokens)
+                if share
+                else ctx
+            )
             peak = peaks[dtype] * 1e12
             scored = sum(len(it.targets) for it in items)
-            per_weight = 6 if full else 4  # forward 2, activation grads 2, weight grads 2 (trained weights only)
+            per_weight = (
+                6 if full else 4
+            )  # forward 2, activation grads 2, weight grads 2 (trained weights only)
             work = per_weight * ((n_params - n_head) * run + n_head * scored)
             label = f"{'full' if full else 'LoRA r16'} {dtype}{'' if share else ' no-share'}"
-            print(f"{label:<23} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {work / dt / peak:>6.1%} {peak_rss_mb():>9.0f}")
+            print(
+                f"{label:<23} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {work / dt / peak:>6.1%} {peak_rss_mb():>9.0f}"
+            )
             del policy, model, opt
 
 

@@ -57,12 +57,21 @@ SYSTEM_DIRECTORY = "You answer questions about employees. Call lookup_employee w
 # only (see RESULTS.md).
 FEW_SHOT_DIRECTORY = [
     {"role": "user", "content": "What is the phone extension of Lena Brook?"},
-    {"role": "assistant", "content": '<tool_call>\n{"name": "lookup_employee", "arguments": {"name": "Lena Brook"}}\n</tool_call>'},
+    {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "lookup_employee", "arguments": {"name": "Lena Brook"}}\n</tool_call>',
+    },
     {"role": "tool", "content": "extension: 5513, office: C-210, team: Mobile, manager: Otto Fenn"},
     {"role": "assistant", "content": "The extension of Lena Brook is 5513."},
     {"role": "user", "content": "Who is the manager of Arlo Finch?"},
-    {"role": "assistant", "content": '<tool_call>\n{"name": "lookup_employee", "arguments": {"name": "Arlo Finch"}}\n</tool_call>'},
-    {"role": "tool", "content": "extension: 2290, office: A-118, team: Search, manager: Mae Corrin"},
+    {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "lookup_employee", "arguments": {"name": "Arlo Finch"}}\n</tool_call>',
+    },
+    {
+        "role": "tool",
+        "content": "extension: 2290, office: A-118, team: Search, manager: Mae Corrin",
+    },
     {"role": "assistant", "content": "The manager of Arlo Finch is Mae Corrin."},
 ]
 
@@ -110,15 +119,27 @@ class Task:
         specs = []
         for fn in self.tools:
             schema = get_json_schema(fn)["function"]
-            specs.append({"name": schema["name"], "description": schema["description"], "parameters": schema["parameters"], "function": f"{__name__}:{fn.__name__}"})
+            specs.append(
+                {
+                    "name": schema["name"],
+                    "description": schema["description"],
+                    "parameters": schema["parameters"],
+                    "function": f"{__name__}:{fn.__name__}",
+                }
+            )
         return specs
 
 
 def make_task(name: str, n_rows: int) -> Task:
     if name == "single":
         if n_rows > len(WORDS):
-            raise SystemExit(f"the single-turn task has {len(WORDS)} rows; {n_rows} needed (lower --rows or --steps)")
-        rows = [{"messages": [{"role": "user", "content": f"Answer with one word. {q}"}], "answer": a} for q, a in WORDS[:n_rows]]
+            raise SystemExit(
+                f"the single-turn task has {len(WORDS)} rows; {n_rows} needed (lower --rows or --steps)"
+            )
+        rows = [
+            {"messages": [{"role": "user", "content": f"Answer with one word. {q}"}], "answer": a}
+            for q, a in WORDS[:n_rows]
+        ]
         return Task("single", rows)
     if name == "multi":
         lines = (DIRECTORY / "train.jsonl").read_text().splitlines()
@@ -126,7 +147,9 @@ def make_task(name: str, n_rows: int) -> Task:
             raise SystemExit(f"the directory task has {len(lines)} rows; {n_rows} needed")
         rows = [json.loads(line) for line in lines[:n_rows]]
         rows = [{"messages": r["messages"], "answer": r["answer"], "name": r["name"]} for r in rows]
-        return Task("multi", rows, SYSTEM_DIRECTORY, FEW_SHOT_DIRECTORY, [lookup_employee], max_turns=3)
+        return Task(
+            "multi", rows, SYSTEM_DIRECTORY, FEW_SHOT_DIRECTORY, [lookup_employee], max_turns=3
+        )
     raise SystemExit(f"unknown task {name!r}")
 
 

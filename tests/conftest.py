@@ -37,7 +37,15 @@ class ScriptedPolicy:
     long (it runs in a worker thread, as the real one does), so concurrent requests queue.
     """
 
-    def __init__(self, tokenizer, replies, end_with_eos: bool = True, fewshot_turns: int = 0, context_window: int = 8192, delay_s: float = 0.0):
+    def __init__(
+        self,
+        tokenizer,
+        replies,
+        end_with_eos: bool = True,
+        fewshot_turns: int = 0,
+        context_window: int = 8192,
+        delay_s: float = 0.0,
+    ):
         self.tokenizer = tokenizer
         self.stop_token_ids = frozenset({tokenizer.eos_token_id})
         self.context_window = context_window
@@ -55,7 +63,9 @@ class ScriptedPolicy:
             return self.replies(text, turn)
         return self.replies[min(turn, len(self.replies) - 1)]
 
-    def sample(self, prompts, params: SamplingParams, max_tokens=None, seeds=None) -> list[Completion]:
+    def sample(
+        self, prompts, params: SamplingParams, max_tokens=None, seeds=None
+    ) -> list[Completion]:
         self.calls.append((len(prompts), params, None if seeds is None else tuple(seeds)))
         if self.delay_s:
             time.sleep(self.delay_s)

@@ -14,7 +14,12 @@ NASTY = "<script>alert('x')</script> & <b>not bold</b>"
 
 
 def trajectory(row: int, n_calls: int, rng: random.Random) -> Trajectory:
-    item = Item(row, ({"role": "user", "content": f"Question {row}?"},), {"answer": "42"}, f"val.jsonl:{row + 1}")
+    item = Item(
+        row,
+        ({"role": "user", "content": f"Question {row}?"},),
+        {"answer": "42"},
+        f"val.jsonl:{row + 1}",
+    )
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You answer with tools."},
         {"role": "user", "content": "Example?"},
@@ -24,18 +29,50 @@ def trajectory(row: int, n_calls: int, rng: random.Random) -> Trajectory:
     turns = []
     for i in range(n_calls):
         call = ToolCall(f"fc_{row}{i}", f"call_{row}{i}", "search", json.dumps({"q": f"q{i}"}))
-        result = ToolResult(call.call_id, "search", NASTY if i == 0 else f"result {i}", "ok", 0.01, 1, 80)
+        result = ToolResult(
+            call.call_id, "search", NASTY if i == 0 else f"result {i}", "ok", 0.01, 1, 80
+        )
         text = f'<tool_call>{{"name": "search", "arguments": {call.arguments}}}</tool_call>'
         turns.append(Turn(i, text, 20, (call,), (result,), 0.2, 0.01))
-        messages.append({"role": "assistant", "content": text, "tool_calls": [{"id": call.call_id, "type": "function", "function": {"name": "search", "arguments": call.arguments}}]})
-        messages.append({"role": "tool", "tool_call_id": call.call_id, "name": "search", "content": result.output})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": "search", "arguments": call.arguments},
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": call.call_id,
+                "name": "search",
+                "content": result.output,
+            }
+        )
     turns.append(Turn(n_calls, "The answer is 42.", 6, (), (), 0.1))
     messages.append({"role": "assistant", "content": "The answer is 42."})
-    return Trajectory(f"trace_{row}_{rng.random():.6f}", item, tuple(messages), tuple(turns), (), (), (), StopReason.FINAL_ANSWER,
-                      timings={"total_s": 0.5 + n_calls * 0.2})
+    return Trajectory(
+        f"trace_{row}_{rng.random():.6f}",
+        item,
+        tuple(messages),
+        tuple(turns),
+        (),
+        (),
+        (),
+        StopReason.FINAL_ANSWER,
+        timings={"total_s": 0.5 + n_calls * 0.2},
+    )
 
 
-def eval_records(seed: int, calls_mean: int, reward_p: float, rows: int = 6, samples: int = 4) -> list[dict[str, Any]]:
+def eval_records(
+    seed: int, calls_mean: int, reward_p: float, rows: int = 6, samples: int = 4
+) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     out = []
     for row in range(rows):
@@ -45,18 +82,33 @@ def eval_records(seed: int, calls_mean: int, reward_p: float, rows: int = 6, sam
     return out
 
 
-def graded_groups(seed: int, calls_mean: int, reward_p: float, rows: int = 4, samples: int = 3) -> list[Group]:
+def graded_groups(
+    seed: int, calls_mean: int, reward_p: float, rows: int = 4, samples: int = 3
+) -> list[Group]:
     """Groups of graded trajectories, as `agentrft eval` holds them before writing."""
     rng = random.Random(seed)
     groups = []
     for row in range(rows):
-        trajs = tuple(trajectory(row, max(0, calls_mean + rng.randint(-1, 1)), rng) for _ in range(samples))
-        groups.append(Group(trajs[0].item, trajs, tuple(Grade(float(rng.random() < reward_p)) for _ in trajs)))
+        trajs = tuple(
+            trajectory(row, max(0, calls_mean + rng.randint(-1, 1)), rng) for _ in range(samples)
+        )
+        groups.append(
+            Group(trajs[0].item, trajs, tuple(Grade(float(rng.random() < reward_p)) for _ in trajs))
+        )
     return groups
 
 
 def metrics_rows(steps: int = 12) -> list[dict[str, Any]]:
-    return [{"step": s, "reward/mean": 0.2 + 0.05 * s, "eval/reward/mean": 0.15 + 0.05 * s, "loss": 1.0 / (s + 1), "rollouts/discarded": 0} for s in range(steps)]
+    return [
+        {
+            "step": s,
+            "reward/mean": 0.2 + 0.05 * s,
+            "eval/reward/mean": 0.15 + 0.05 * s,
+            "loss": 1.0 / (s + 1),
+            "rollouts/discarded": 0,
+        }
+        for s in range(steps)
+    ]
 
 
 def summary_only(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -64,4 +116,6 @@ def summary_only(records: list[dict[str, Any]]) -> dict[str, Any]:
     del records
     rng = random.Random(3)
     trajs = [trajectory(r, rng.randint(0, 3), rng) for r in range(5)]
-    return json.loads(json.dumps({"summary": summarize(trajs), "best_of_k": {"1": 0.3, "2": 0.45, "4": 0.6}}))
+    return json.loads(
+        json.dumps({"summary": summarize(trajs), "best_of_k": {"1": 0.3, "2": 0.45, "4": 0.6}})
+    )

@@ -1,10 +1,10 @@
 """`agentrft data ...`: the dataset-building commands (stage: data).
 
-    agentrft data from-git REPO --out DIR [--max-files 8] [--val-fraction 0.2]
-                                          [--include GLOB ...] [--exclude GLOB ...]
-                                          [--worked-examples 2]
-    agentrft data repo-qa REPO --out DIR [--rev REV] [--val-fraction 0.25] [--include GLOB ...]
-                                         [--questions OWN.jsonl] [--kind KIND ...]
+agentrft data from-git REPO --out DIR [--max-files 8] [--val-fraction 0.2]
+                                      [--include GLOB ...] [--exclude GLOB ...]
+                                      [--worked-examples 2]
+agentrft data repo-qa REPO --out DIR [--rev REV] [--val-fraction 0.25] [--include GLOB ...]
+                                     [--questions OWN.jsonl] [--kind KIND ...]
 """
 
 from __future__ import annotations
@@ -22,14 +22,28 @@ def cmd_from_git(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     report = build_dataset(
-        args.repo, args.out, rev=args.rev, max_commits=args.max_commits, max_files=args.max_files,
-        include=args.include, exclude=args.exclude, default_excludes=not args.no_default_excludes,
-        val_fraction=args.val_fraction, worked_examples=args.worked_examples, keep_new_only=args.keep_new_only,
-        prefill_query=not args.no_prefill_query, keep_unfound=args.keep_unfound,
+        args.repo,
+        args.out,
+        rev=args.rev,
+        max_commits=args.max_commits,
+        max_files=args.max_files,
+        include=args.include,
+        exclude=args.exclude,
+        default_excludes=not args.no_default_excludes,
+        val_fraction=args.val_fraction,
+        worked_examples=args.worked_examples,
+        keep_new_only=args.keep_new_only,
+        prefill_query=not args.no_prefill_query,
+        keep_unfound=args.keep_unfound,
     )
     for line in report.lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    console.print(f"wrote {args.out}/train.jsonl and {args.out}/val.jsonl in {time.perf_counter() - t0:.1f}s", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"wrote {args.out}/train.jsonl and {args.out}/val.jsonl in {time.perf_counter() - t0:.1f}s",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     return 0 if report.kept else 1
 
 
@@ -39,13 +53,26 @@ def cmd_repo_qa(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     report = build_dataset(
-        args.repo, args.out, rev=args.rev, val_fraction=args.val_fraction, include=args.include, exclude=args.exclude,
-        kinds=args.kind or KINDS, per_file=args.per_file, worked_examples=args.worked_examples,
-        user_questions=args.questions, prefill_first_call=not args.no_prefill,
+        args.repo,
+        args.out,
+        rev=args.rev,
+        val_fraction=args.val_fraction,
+        include=args.include,
+        exclude=args.exclude,
+        kinds=args.kind or KINDS,
+        per_file=args.per_file,
+        worked_examples=args.worked_examples,
+        user_questions=args.questions,
+        prefill_first_call=not args.no_prefill,
     )
     for line in report.lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    console.print(f"wrote {args.out}/train.jsonl and {args.out}/val.jsonl in {time.perf_counter() - t0:.1f}s", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"wrote {args.out}/train.jsonl and {args.out}/val.jsonl in {time.perf_counter() - t0:.1f}s",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     return 0 if report.train and report.val else 1
 
 
@@ -55,7 +82,8 @@ def add_commands(subparsers: Any) -> None:
     sub = data.add_subparsers(dest="data_command", required=True)
 
     g = sub.add_parser(
-        "from-git", help="file-selection dataset from a repository's history",
+        "from-git",
+        help="file-selection dataset from a repository's history",
         description="One row per commit: the request is the commit message, the answer the files it changed. "
         "Older commits go to train.jsonl, the newest to val.jsonl.",
     )
@@ -63,16 +91,58 @@ def add_commands(subparsers: Any) -> None:
     g.add_argument("--out", required=True, help="output directory for train.jsonl and val.jsonl")
     g.add_argument("--rev", default="HEAD", help="history to read (default HEAD)")
     g.add_argument("--max-commits", type=int, default=None, help="read only the newest N commits")
-    g.add_argument("--max-files", type=int, default=DEFAULT_MAX_FILES, help=f"drop commits changing more files (default {DEFAULT_MAX_FILES})")
-    g.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION, help=f"newest share to validation (default {DEFAULT_VAL_FRACTION})")
-    g.add_argument("--include", action="append", default=[], metavar="GLOB", help="keep only matching paths (gitignore syntax; repeatable)")
-    g.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="drop matching paths (gitignore syntax; repeatable)")
-    g.add_argument("--no-default-excludes", action="store_true", help="keep lock files and vendored directories")
-    g.add_argument("--keep-new-only", action="store_true", help="keep commits that only add files (no search can find a file that does not exist yet)")
-    g.add_argument("--keep-unfound", action="store_true", help="keep training commits whose subject line, searched, returns none of their files")
-    g.add_argument("--no-prefill-query", action="store_true", help="leave the search query to the model (default: each row's reply starts as a search for its subject line)")
-    g.add_argument("--worked-examples", type=int, default=DEFAULT_WORKED_EXAMPLES,
-                   help=f"training commits turned into worked examples that start every row (default {DEFAULT_WORKED_EXAMPLES}; 0 for none)")
+    g.add_argument(
+        "--max-files",
+        type=int,
+        default=DEFAULT_MAX_FILES,
+        help=f"drop commits changing more files (default {DEFAULT_MAX_FILES})",
+    )
+    g.add_argument(
+        "--val-fraction",
+        type=float,
+        default=DEFAULT_VAL_FRACTION,
+        help=f"newest share to validation (default {DEFAULT_VAL_FRACTION})",
+    )
+    g.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="keep only matching paths (gitignore syntax; repeatable)",
+    )
+    g.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="drop matching paths (gitignore syntax; repeatable)",
+    )
+    g.add_argument(
+        "--no-default-excludes",
+        action="store_true",
+        help="keep lock files and vendored directories",
+    )
+    g.add_argument(
+        "--keep-new-only",
+        action="store_true",
+        help="keep commits that only add files (no search can find a file that does not exist yet)",
+    )
+    g.add_argument(
+        "--keep-unfound",
+        action="store_true",
+        help="keep training commits whose subject line, searched, returns none of their files",
+    )
+    g.add_argument(
+        "--no-prefill-query",
+        action="store_true",
+        help="leave the search query to the model (default: each row's reply starts as a search for its subject line)",
+    )
+    g.add_argument(
+        "--worked-examples",
+        type=int,
+        default=DEFAULT_WORKED_EXAMPLES,
+        help=f"training commits turned into worked examples that start every row (default {DEFAULT_WORKED_EXAMPLES}; 0 for none)",
+    )
     g.set_defaults(func=cmd_from_git)
 
     from agentrft.data.repo_qa import DEFAULT_PER_FILE, KINDS
@@ -80,20 +150,67 @@ def add_commands(subparsers: Any) -> None:
     from agentrft.data.repo_qa import DEFAULT_WORKED_EXAMPLES as QA_EXAMPLES
 
     q = sub.add_parser(
-        "repo-qa", help="repository-research questions from a repository's own Python code",
+        "repo-qa",
+        help="repository-research questions from a repository's own Python code",
         description="Questions whose answers are facts in the code (where X is defined, what F returns or raises, "
         "which function a docstring belongs to, parameter defaults, which files import a module), read with Python's ast "
         "at one revision. Split by file: held-out questions are about files no training question covers.",
     )
     q.add_argument("repo", help="path of a local git repository")
     q.add_argument("--out", required=True, help="output directory for train.jsonl and val.jsonl")
-    q.add_argument("--rev", default="HEAD", help="revision to read (default HEAD); every row records its commit")
-    q.add_argument("--val-fraction", type=float, default=QA_VAL_FRACTION, help=f"share of files held out (default {QA_VAL_FRACTION})")
-    q.add_argument("--include", action="append", default=[], metavar="GLOB", help="read only matching .py files (gitignore syntax; repeatable)")
-    q.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip matching files (gitignore syntax; repeatable)")
-    q.add_argument("--kind", action="append", choices=KINDS, default=[], help="only these question kinds (repeatable; default all)")
-    q.add_argument("--per-file", type=int, default=DEFAULT_PER_FILE, help=f"questions of each kind per file (default {DEFAULT_PER_FILE})")
-    q.add_argument("--questions", default=None, metavar="JSONL", help="your own QA rows (messages + facts) to add; bad rows are refused by file and line")
-    q.add_argument("--worked-examples", type=int, default=QA_EXAMPLES, help=f"training questions turned into worked examples (default {QA_EXAMPLES}; 0 for none)")
-    q.add_argument("--no-prefill", action="store_true", help="leave the first tool call to the model (default: each reply starts with its question's first grep, left open)")
+    q.add_argument(
+        "--rev",
+        default="HEAD",
+        help="revision to read (default HEAD); every row records its commit",
+    )
+    q.add_argument(
+        "--val-fraction",
+        type=float,
+        default=QA_VAL_FRACTION,
+        help=f"share of files held out (default {QA_VAL_FRACTION})",
+    )
+    q.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="read only matching .py files (gitignore syntax; repeatable)",
+    )
+    q.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip matching files (gitignore syntax; repeatable)",
+    )
+    q.add_argument(
+        "--kind",
+        action="append",
+        choices=KINDS,
+        default=[],
+        help="only these question kinds (repeatable; default all)",
+    )
+    q.add_argument(
+        "--per-file",
+        type=int,
+        default=DEFAULT_PER_FILE,
+        help=f"questions of each kind per file (default {DEFAULT_PER_FILE})",
+    )
+    q.add_argument(
+        "--questions",
+        default=None,
+        metavar="JSONL",
+        help="your own QA rows (messages + facts) to add; bad rows are refused by file and line",
+    )
+    q.add_argument(
+        "--worked-examples",
+        type=int,
+        default=QA_EXAMPLES,
+        help=f"training questions turned into worked examples (default {QA_EXAMPLES}; 0 for none)",
+    )
+    q.add_argument(
+        "--no-prefill",
+        action="store_true",
+        help="leave the first tool call to the model (default: each reply starts with its question's first grep, left open)",
+    )
     q.set_defaults(func=cmd_repo_qa)

@@ -51,12 +51,33 @@ from agentrft.tools.code_search import CodeIndex, Hit, numbered
 # Lock files and vendored code: changes to them follow from other changes (or are imports of
 # someone else's code), so they are not what a request asks for. gitignore syntax.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
-    "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "bun.lockb",
-    "poetry.lock", "uv.lock", "Pipfile.lock", "pdm.lock", "Cargo.lock", "Gemfile.lock",
-    "composer.lock", "go.sum", "mix.lock", "pubspec.lock", "Podfile.lock", "flake.lock",
-    "packages.lock.json", "gradle.lockfile",
-    "vendor/", "node_modules/", "third_party/", "third-party/", "_vendor/", "vendored/",
-    "*.min.js", "*.min.css",
+    "package-lock.json",
+    "npm-shrinkwrap.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "bun.lockb",
+    "poetry.lock",
+    "uv.lock",
+    "Pipfile.lock",
+    "pdm.lock",
+    "Cargo.lock",
+    "Gemfile.lock",
+    "composer.lock",
+    "go.sum",
+    "mix.lock",
+    "pubspec.lock",
+    "Podfile.lock",
+    "flake.lock",
+    "packages.lock.json",
+    "gradle.lockfile",
+    "vendor/",
+    "node_modules/",
+    "third_party/",
+    "third-party/",
+    "_vendor/",
+    "vendored/",
+    "*.min.js",
+    "*.min.css",
 )
 DEFAULT_MAX_FILES = 8
 DEFAULT_WORKED_EXAMPLES = 2
@@ -141,9 +162,13 @@ def _git(repo: Path, *args: str) -> bytes:
     try:
         proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
     except FileNotFoundError:
-        raise ConfigError("git is not installed -> install git (e.g. `apt-get install git`)") from None
+        raise ConfigError(
+            "git is not installed -> install git (e.g. `apt-get install git`)"
+        ) from None
     if proc.returncode != 0:
-        raise ConfigError(f"{repo}: `git {' '.join(args[:2])}` failed: {proc.stderr.decode(errors='replace').strip()}")
+        raise ConfigError(
+            f"{repo}: `git {' '.join(args[:2])}` failed: {proc.stderr.decode(errors='replace').strip()}"
+        )
     return proc.stdout
 
 
@@ -160,8 +185,17 @@ def repo_root(repo: str | Path) -> Path:
 def read_history(repo: Path, rev: str = "HEAD", max_commits: int | None = None) -> list[Commit]:
     """Commits reachable from `rev`, newest first. Options that user config could change
     (renames, relative paths, signatures, encoding) are pinned on the command line."""
-    args = ["log", "-z", "--name-status", "-M", "--no-relative",
-            "--no-show-signature", "--no-color", "--encoding=UTF-8", f"--format={_FORMAT}"]
+    args = [
+        "log",
+        "-z",
+        "--name-status",
+        "-M",
+        "--no-relative",
+        "--no-show-signature",
+        "--no-color",
+        "--encoding=UTF-8",
+        f"--format={_FORMAT}",
+    ]
     if max_commits:
         args.append(f"--max-count={max_commits}")
     return parse_log(_git(repo, *args, rev, "--"))
@@ -171,7 +205,12 @@ class PathFilter:
     """Keeps a path when it matches an include (if any are given) and no exclude.
     Patterns use gitignore syntax: `docs/`, `*.lock`, `src/**/*.py`."""
 
-    def __init__(self, include: Sequence[str] = (), exclude: Sequence[str] = (), default_excludes: bool = True) -> None:
+    def __init__(
+        self,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        default_excludes: bool = True,
+    ) -> None:
         self.include = self._spec(include) if include else None
         self.exclude = self._spec([*(DEFAULT_EXCLUDES if default_excludes else ()), *exclude])
 
@@ -181,7 +220,9 @@ class PathFilter:
             try:
                 pathspec.PathSpec.from_lines("gitwildmatch", [pattern])
             except ValueError as exc:
-                raise ConfigError(f"path pattern {pattern!r} is not valid gitignore syntax: {exc}") from None
+                raise ConfigError(
+                    f"path pattern {pattern!r} is not valid gitignore syntax: {exc}"
+                ) from None
         return pathspec.PathSpec.from_lines("gitwildmatch", patterns)
 
     def keep(self, path: str) -> bool:
@@ -190,7 +231,9 @@ class PathFilter:
         return not self.exclude.match_file(path)
 
 
-def to_row(commit: Commit, repo: Path, path_filter: PathFilter, max_files: int) -> tuple[dict[str, Any] | None, str | None]:
+def to_row(
+    commit: Commit, repo: Path, path_filter: PathFilter, max_files: int
+) -> tuple[dict[str, Any] | None, str | None]:
     """The dataset row for a commit, or None and the reason it is dropped (a DROP_REASONS key)."""
     if len(commit.parents) > 1:
         return None, "merge"
@@ -199,7 +242,10 @@ def to_row(commit: Commit, repo: Path, path_filter: PathFilter, max_files: int) 
     if not commit.message:
         return None, "empty_message"
     try:
-        changes = [(c.path.decode("utf-8"), c.old_path.decode("utf-8") if c.old_path else None) for c in commit.changes]
+        changes = [
+            (c.path.decode("utf-8"), c.old_path.decode("utf-8") if c.old_path else None)
+            for c in commit.changes
+        ]
     except UnicodeDecodeError:
         return None, "non_utf8_path"
     if not changes:
@@ -228,11 +274,15 @@ def _exists_before(repo: Path, commit: Commit, files: Sequence[str]) -> bool:
     return bool(listed.strip(b"\0"))
 
 
-def split_by_time(rows: Sequence[tuple[int, dict[str, Any]]], val_fraction: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_by_time(
+    rows: Sequence[tuple[int, dict[str, Any]]], val_fraction: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Oldest rows to train, the newest `val_fraction` to validation. `rows` holds
     (commit time, row) newest first, as git lists them; ties keep git's order. With at least
     two rows and a positive fraction, each side gets at least one."""
-    oldest_first = [row for _, _, row in sorted((t, -pos, row) for pos, (t, row) in enumerate(rows))]
+    oldest_first = [
+        row for _, _, row in sorted((t, -pos, row) for pos, (t, row) in enumerate(rows))
+    ]
     n = len(oldest_first)
     n_val = round(n * val_fraction) if val_fraction > 0 else 0
     if val_fraction > 0 and n >= 2:
@@ -242,7 +292,11 @@ def split_by_time(rows: Sequence[tuple[int, dict[str, Any]]], val_fraction: floa
 
 def search_call(query: str) -> str:
     """The assistant text of one `search` call in agentrft's tool format."""
-    return "<tool_call>" + json.dumps({"name": "search", "arguments": {"query": query}}, ensure_ascii=False) + "</tool_call>"
+    return (
+        "<tool_call>"
+        + json.dumps({"name": "search", "arguments": {"query": query}}, ensure_ascii=False)
+        + "</tool_call>"
+    )
 
 
 def query_prefill(message: str) -> str:
@@ -260,7 +314,9 @@ def example_query(message: str) -> str:
 
 def subject_search(row: dict[str, Any]) -> list[Hit]:
     """What the search tool returns for the row's subject line at its parent commit."""
-    return CodeIndex.from_git(row["repo"], row["parent"]).search(example_query(row["messages"][-1]["content"]))
+    return CodeIndex.from_git(row["repo"], row["parent"]).search(
+        example_query(row["messages"][-1]["content"])
+    )
 
 
 def worked_example(row: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -281,7 +337,9 @@ def worked_example(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     ]
 
 
-def pick_worked_examples(train: list[dict[str, Any]], n: int) -> tuple[list[dict[str, Any]], list[int]]:
+def pick_worked_examples(
+    train: list[dict[str, Any]], n: int
+) -> tuple[list[dict[str, Any]], list[int]]:
     """Up to `n` worked examples from the training rows (shortest requests first), and
     their positions in `train`."""
     messages: list[dict[str, Any]] = []
@@ -318,14 +376,20 @@ class BuildReport:
         return self.train + self.val
 
     def lines(self) -> list[str]:
-        out = [f"{self.repo}: {self.seen} commits read, {self.kept} kept ({self.train} train, {self.val} validation)"]
+        out = [
+            f"{self.repo}: {self.seen} commits read, {self.kept} kept ({self.train} train, {self.val} validation)"
+        ]
         for reason, text in DROP_REASONS.items():
             if self.dropped[reason]:
                 out.append(f"  dropped {self.dropped[reason]:>6}  {text}")
         if self.files_excluded:
-            out.append(f"  ({self.files_excluded} file entries of kept commits removed by path filters)")
+            out.append(
+                f"  ({self.files_excluded} file entries of kept commits removed by path filters)"
+            )
         if self.examples:
-            out.append(f"  {len(self.examples)} training commits became the worked examples at the start of every row: {', '.join(c[:10] for c in self.examples)}")
+            out.append(
+                f"  {len(self.examples)} training commits became the worked examples at the start of every row: {', '.join(c[:10] for c in self.examples)}"
+            )
         return out
 
 
@@ -333,7 +397,11 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     """UTF-8 stays readable; U+2028/U+2029 are escaped, as many readers split lines there."""
     with path.open("w", encoding="utf-8") as fh:
         for row in rows:
-            line = json.dumps(row, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+            line = (
+                json.dumps(row, ensure_ascii=False)
+                .replace("\u2028", "\\u2028")
+                .replace("\u2029", "\\u2029")
+            )
             fh.write(line + "\n")
 
 
@@ -375,7 +443,9 @@ def build_dataset(
         kept.append((commit.time, row))
     train, val = split_by_time(kept, val_fraction)
     if not keep_unfound:  # training rows only: held-out rows are never chosen by their answer
-        findable = [row for row in train if {h.path for h in subject_search(row)} & set(row["files"])]
+        findable = [
+            row for row in train if {h.path for h in subject_search(row)} & set(row["files"])
+        ]
         report.dropped["not_found_by_search"] += len(train) - len(findable)
         train = findable
     if worked_examples > 0:

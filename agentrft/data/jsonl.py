@@ -24,7 +24,9 @@ def content_text(content: Any) -> str | None:
     """OpenAI allows a string or a list of content parts; agentrft handles text parts."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") in ("text", "input_text") for p in content):
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") in ("text", "input_text") for p in content
+    ):
         return "".join(str(p.get("text", "")) for p in content)
     return None
 
@@ -35,17 +37,23 @@ def parse_row(obj: Any, where: str, index: int) -> Item:
         raise ConfigError(f"{where}: a row must be a JSON object, got {type(obj).__name__}")
     messages = obj.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ConfigError(f'{where}: missing "messages" -> add a non-empty list like [{{"role": "user", "content": "..."}}]')
+        raise ConfigError(
+            f'{where}: missing "messages" -> add a non-empty list like [{{"role": "user", "content": "..."}}]'
+        )
     clean = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise ConfigError(f"{where}: messages[{i}] needs a \"role\" among {sorted(ROLES)}")
+            raise ConfigError(f'{where}: messages[{i}] needs a "role" among {sorted(ROLES)}')
         text = content_text(m.get("content"))
         if text is None:
-            raise ConfigError(f'{where}: messages[{i}].content must be a string or a list of text parts')
+            raise ConfigError(
+                f"{where}: messages[{i}].content must be a string or a list of text parts"
+            )
         clean.append({**m, "content": text})
     if clean[-1]["role"] != "user":
-        raise ConfigError(f'{where}: the last message must have role "user" (it is "{clean[-1]["role"]}") -> end each row with the user\'s request')
+        raise ConfigError(
+            f'{where}: the last message must have role "user" (it is "{clean[-1]["role"]}") -> end each row with the user\'s request'
+        )
     prefill = obj.get("prefill")
     if prefill is not None and not isinstance(prefill, str):
         raise ConfigError(f'{where}: "prefill" must be a string')
@@ -67,13 +75,17 @@ def load_dataset(path: str | Path, limit: int | None = None) -> list[Item]:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 line = ""
-                problems.append(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x}) -> save the file as UTF-8")
+                problems.append(
+                    f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x}) -> save the file as UTF-8"
+                )
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                problems.append(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}) -> one JSON object per line")
+                problems.append(
+                    f"{where}: not valid JSON ({exc.msg} at column {exc.colno}) -> one JSON object per line"
+                )
                 continue
             try:
                 items.append(parse_row(obj, where, index=len(items)))

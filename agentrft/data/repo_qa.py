@@ -55,7 +55,26 @@ MIN_DOC_WORDS = 5
 EXAMPLE_MAX_OUTPUT_LINES = 6  # a worked example's tool output stays short: every prompt carries it
 KINDS = ("where_defined", "returns", "raises", "docstring", "default", "imports")
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # lines as Python's tokenizer counts them
-GUESSABLE = frozenset({"None", "True", "False", "0", "1", "()", "[]", "{}", "''", '""', "-1", "bool", "str", "int", "float", "Any"})
+GUESSABLE = frozenset(
+    {
+        "None",
+        "True",
+        "False",
+        "0",
+        "1",
+        "()",
+        "[]",
+        "{}",
+        "''",
+        '""',
+        "-1",
+        "bool",
+        "str",
+        "int",
+        "float",
+        "Any",
+    }
+)
 
 DROP_REASONS = {
     "syntax_error": "files that do not parse as Python (no questions from them)",
@@ -88,8 +107,17 @@ def definitions(path: str, tree: ast.Module) -> list[Definition]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             out.append(Definition(node.name, node.name, path, node))
         if isinstance(node, ast.ClassDef):
-            out += [Definition(m.name, f"{node.name}.{m.name}", path, m) for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)]
-    return [d for d in out if not (d.name.startswith("__") and d.name.endswith("__")) and not d.name.startswith("test_")]
+            out += [
+                Definition(m.name, f"{node.name}.{m.name}", path, m)
+                for m in node.body
+                if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
+            ]
+    return [
+        d
+        for d in out
+        if not (d.name.startswith("__") and d.name.endswith("__"))
+        and not d.name.startswith("test_")
+    ]
 
 
 def own_raises(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
@@ -143,9 +171,17 @@ class Question:
     answer: str  # how a worked example answers it
 
     def row(self, repo: Path, commit: str) -> dict[str, Any]:
-        return {"messages": [{"role": "user", "content": self.question}], "facts": self.facts, "kind": self.kind,
-                "subject": self.subject, "source_files": self.source_files, "repo": str(repo), "commit": commit,
-                "first_call": self.first_call, "answer": self.answer}
+        return {
+            "messages": [{"role": "user", "content": self.question}],
+            "facts": self.facts,
+            "kind": self.kind,
+            "subject": self.subject,
+            "source_files": self.source_files,
+            "repo": str(repo),
+            "commit": commit,
+            "first_call": self.first_call,
+            "answer": self.answer,
+        }
 
 
 @dataclass
@@ -167,21 +203,33 @@ class BuildReport:
         return self.train + self.val
 
     def lines(self) -> list[str]:
-        out = [f"{self.repo} at {self.commit[:12]}: {self.files} Python files read, {self.kept} questions kept "
-               f"({self.train} train from {self.train_files} files, {self.val} validation from {self.val_files} other files)"]
+        out = [
+            f"{self.repo} at {self.commit[:12]}: {self.files} Python files read, {self.kept} questions kept "
+            f"({self.train} train from {self.train_files} files, {self.val} validation from {self.val_files} other files)"
+        ]
         if self.user_rows:
             out.append(f"  {self.user_rows} of them are your own questions")
         if self.kinds:
-            out.append("  kept by kind: " + ", ".join(f"{k} {self.kinds[k]}" for k in KINDS if self.kinds[k]))
+            out.append(
+                "  kept by kind: "
+                + ", ".join(f"{k} {self.kinds[k]}" for k in KINDS if self.kinds[k])
+            )
         for reason, text in DROP_REASONS.items():
             if self.dropped[reason]:
                 out.append(f"  dropped {self.dropped[reason]:>6}  {text}")
         if self.examples:
-            out.append(f"  {len(self.examples)} training questions became the worked examples at the start of every row: {'; '.join(self.examples)}")
+            out.append(
+                f"  {len(self.examples)} training questions became the worked examples at the start of every row: {'; '.join(self.examples)}"
+            )
         return out
 
 
-def questions_from_code(sources: dict[str, str], report: BuildReport, per_file: int = DEFAULT_PER_FILE, kinds: Iterable[str] = KINDS) -> list[Question]:
+def questions_from_code(
+    sources: dict[str, str],
+    report: BuildReport,
+    per_file: int = DEFAULT_PER_FILE,
+    kinds: Iterable[str] = KINDS,
+) -> list[Question]:
     """Every question of `kinds` the code supports, in a stable order, after the drop rules."""
     wanted = set(kinds)
     trees: dict[str, ast.Module] = {}
@@ -192,7 +240,9 @@ def questions_from_code(sources: dict[str, str], report: BuildReport, per_file: 
             report.dropped["syntax_error"] += 1
     defs = [d for path, tree in trees.items() for d in definitions(path, tree)]
 
-    lines = {path: [line.encode("utf-8") for line in _LINES.findall(sources[path])] for path in trees}
+    lines = {
+        path: [line.encode("utf-8") for line in _LINES.findall(sources[path])] for path in trees
+    }
 
     def written(node: ast.expr, path: str) -> str:
         """The code of `node` as written in its file (quotes kept, whitespace runs as one
@@ -204,7 +254,9 @@ def questions_from_code(sources: dict[str, str], report: BuildReport, per_file: 
         if len(rows) == 1:
             text = rows[0][node.col_offset : node.end_col_offset]
         else:
-            text = rows[0][node.col_offset :] + b"".join(rows[1:-1]) + rows[-1][: node.end_col_offset]
+            text = (
+                rows[0][node.col_offset :] + b"".join(rows[1:-1]) + rows[-1][: node.end_col_offset]
+            )
         return " ".join(text.decode("utf-8", errors="replace").split())
 
     by_name: dict[str, list[Definition]] = defaultdict(list)
@@ -242,28 +294,74 @@ def questions_from_code(sources: dict[str, str], report: BuildReport, per_file: 
         if len(by_name[d.name]) > 1:
             report.dropped["ambiguous_name"] += 1
             continue
-        what = "class" if isinstance(d.node, ast.ClassDef) else ("method" if "." in d.qualname else "function")
-        add(Question("where_defined", f"In which file is the {what} `{d.qualname}` defined?", [d.path], d.name, [d.path],
-                     _grep_call(rf"(def|class) {re.escape(d.name)}\b"), f"`{d.qualname}` is defined in {d.path}."))
+        what = (
+            "class"
+            if isinstance(d.node, ast.ClassDef)
+            else ("method" if "." in d.qualname else "function")
+        )
+        add(
+            Question(
+                "where_defined",
+                f"In which file is the {what} `{d.qualname}` defined?",
+                [d.path],
+                d.name,
+                [d.path],
+                _grep_call(rf"(def|class) {re.escape(d.name)}\b"),
+                f"`{d.qualname}` is defined in {d.path}.",
+            )
+        )
         if isinstance(d.node, ast.ClassDef):
             continue
         fn = d.node
         if fn.returns is not None and short(ret := written(fn.returns, d.path)):
-            add(Question("returns", f"What type does `{d.qualname}` return?", [ret], d.name, [d.path],
-                         _grep_call(def_pattern(d.name)), f"`{d.qualname}` returns {ret}."))
+            add(
+                Question(
+                    "returns",
+                    f"What type does `{d.qualname}` return?",
+                    [ret],
+                    d.name,
+                    [d.path],
+                    _grep_call(def_pattern(d.name)),
+                    f"`{d.qualname}` returns {ret}.",
+                )
+            )
         raised = own_raises(fn)
         if raised:
-            add(Question("raises", f"Which exceptions does `{d.qualname}` raise in its own body?", raised, d.name, [d.path],
-                         _grep_call(def_pattern(d.name)), f"`{d.qualname}` raises {', '.join(raised)}."))
+            add(
+                Question(
+                    "raises",
+                    f"Which exceptions does `{d.qualname}` raise in its own body?",
+                    raised,
+                    d.name,
+                    [d.path],
+                    _grep_call(def_pattern(d.name)),
+                    f"`{d.qualname}` raises {', '.join(raised)}.",
+                )
+            )
         args = fn.args
         positional = [*args.posonlyargs, *args.args]
-        pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True))
-        pairs += [(a, dflt) for a, dflt in zip(args.kwonlyargs, args.kw_defaults, strict=True) if dflt is not None]
+        pairs = list(
+            zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)
+        )
+        pairs += [
+            (a, dflt)
+            for a, dflt in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+            if dflt is not None
+        ]
         for arg, dflt in pairs:
             value = written(dflt, d.path)
             if short(value):
-                add(Question("default", f"What is the default value of parameter `{arg.arg}` of `{d.qualname}`?", [value], d.name, [d.path],
-                             _grep_call(def_pattern(d.name)), f"The default of `{arg.arg}` is {value}."))
+                add(
+                    Question(
+                        "default",
+                        f"What is the default value of parameter `{arg.arg}` of `{d.qualname}`?",
+                        [value],
+                        d.name,
+                        [d.path],
+                        _grep_call(def_pattern(d.name)),
+                        f"The default of `{arg.arg}` is {value}.",
+                    )
+                )
     for first_line, owners in sorted(docs.items()):
         if len(owners) > 1:
             report.dropped["duplicate_docstring"] += 1
@@ -271,8 +369,17 @@ def questions_from_code(sources: dict[str, str], report: BuildReport, per_file: 
         d = owners[0]
         if len(first_line.split()) < MIN_DOC_WORDS or len(by_name[d.name]) > 1:
             continue
-        add(Question("docstring", f'Which function\'s docstring begins: "{first_line}"? Answer with the function\'s name.', [d.name], d.name, [d.path],
-                     _grep_call(re.escape(first_line[:60])), f"The function is `{d.qualname}`."))
+        add(
+            Question(
+                "docstring",
+                f"Which function's docstring begins: \"{first_line}\"? Answer with the function's name.",
+                [d.name],
+                d.name,
+                [d.path],
+                _grep_call(re.escape(first_line[:60])),
+                f"The function is `{d.qualname}`.",
+            )
+        )
     importers: dict[str, list[str]] = defaultdict(list)
     for path, tree in trees.items():
         for module in imported_modules(tree):
@@ -282,8 +389,17 @@ def questions_from_code(sources: dict[str, str], report: BuildReport, per_file: 
             report.dropped["too_many_importers"] += 1
             continue
         paths = sorted(paths)
-        add(Question("imports", f"Which files of the repository import the module `{module}`? Answer with their paths.", paths, module, paths,
-                     _grep_call(rf"^\s*(from|import)\s+{re.escape(module)}\b", files_only=True), "Imported by: " + ", ".join(paths) + "."))
+        add(
+            Question(
+                "imports",
+                f"Which files of the repository import the module `{module}`? Answer with their paths.",
+                paths,
+                module,
+                paths,
+                _grep_call(rf"^\s*(from|import)\s+{re.escape(module)}\b", files_only=True),
+                "Imported by: " + ", ".join(paths) + ".",
+            )
+        )
     return out
 
 
@@ -294,7 +410,9 @@ def is_held_out(path: str, val_fraction: float) -> bool:
     return h / 2**64 < val_fraction
 
 
-def split_by_file(questions: Sequence[Question], val_fraction: float, report: BuildReport) -> tuple[list[Question], list[Question]]:
+def split_by_file(
+    questions: Sequence[Question], val_fraction: float, report: BuildReport
+) -> tuple[list[Question], list[Question]]:
     train: list[Question] = []
     val: list[Question] = []
     for q in questions:
@@ -318,7 +436,9 @@ def call_prefill(call: dict[str, Any]) -> str:
     return text[: text.rindex('"}}')]
 
 
-def pick_worked_examples(train: list[dict[str, Any]], n: int, root: Path) -> tuple[list[dict[str, Any]], list[int]]:
+def pick_worked_examples(
+    train: list[dict[str, Any]], n: int, root: Path
+) -> tuple[list[dict[str, Any]], list[int]]:
     """Up to `n` worked examples of different kinds from the training rows whose first call's
     real output is short and shows every fact, and their positions in `train`."""
     # the tools load only when examples are made
@@ -339,8 +459,12 @@ def pick_worked_examples(train: list[dict[str, Any]], n: int, root: Path) -> tup
             if row["kind"] in kinds or files & set(row["source_files"]):
                 continue  # one example per kind and per file, or the model learns to repeat one answer
             args = row["first_call"]["arguments"]
-            shown = grep_in(ws, args["pattern"], glob=args.get("glob"), files_only=bool(args.get("files_only")))
-            if len(shown.splitlines()) > EXAMPLE_MAX_OUTPUT_LINES or not all(fact_found(f, shown) for f in row["facts"]):
+            shown = grep_in(
+                ws, args["pattern"], glob=args.get("glob"), files_only=bool(args.get("files_only"))
+            )
+            if len(shown.splitlines()) > EXAMPLE_MAX_OUTPUT_LINES or not all(
+                fact_found(f, shown) for f in row["facts"]
+            ):
                 continue
             messages += [
                 {"role": "user", "content": row["messages"][-1]["content"]},
@@ -365,8 +489,14 @@ def load_qa_rows(path: str | Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for item in items:
         facts = item.fields.get("facts")
-        if not isinstance(facts, list) or not facts or not all(isinstance(f, str) and f.strip() for f in facts):
-            problems.append(f'{item.source}: "facts" must be a non-empty list of non-empty strings, e.g. ["agentrft/job.py", "load_job"] -> list what a correct answer must state')
+        if (
+            not isinstance(facts, list)
+            or not facts
+            or not all(isinstance(f, str) and f.strip() for f in facts)
+        ):
+            problems.append(
+                f'{item.source}: "facts" must be a non-empty list of non-empty strings, e.g. ["agentrft/job.py", "load_job"] -> list what a correct answer must state'
+            )
             continue
         sources = item.fields.get("source_files", [])
         if not isinstance(sources, list) or not all(isinstance(p, str) for p in sources):
@@ -377,7 +507,11 @@ def load_qa_rows(path: str | Path) -> list[dict[str, Any]]:
             row["prefill"] = item.prefill
         rows.append(row)
     if problems:
-        raise ConfigError(problems[0] if len(problems) == 1 else f"{path}: {len(problems)} bad row(s)\n  " + "\n  ".join(problems[:20]))
+        raise ConfigError(
+            problems[0]
+            if len(problems) == 1
+            else f"{path}: {len(problems)} bad row(s)\n  " + "\n  ".join(problems[:20])
+        )
     return rows
 
 
@@ -410,13 +544,17 @@ def build_dataset(
         raise ConfigError(f"val_fraction must be between 0 and 1, got {val_fraction}")
     wanted = set(kinds)
     if unknown := wanted - set(KINDS):
-        raise ConfigError(f"unknown question kind(s) {sorted(unknown)} -> choose from {', '.join(KINDS)}")
+        raise ConfigError(
+            f"unknown question kind(s) {sorted(unknown)} -> choose from {', '.join(KINDS)}"
+        )
     root = repo_root(repo)
     commit = _git(root, "rev-parse", "--verify", f"{rev}^{{commit}}").decode().strip()
     report = BuildReport(root, commit)
     path_filter = PathFilter(include, exclude)
     tree = read_tree(root, commit)
-    sources = {p: t for p, t in tree.items() if p.endswith(".py") and t is not None and path_filter.keep(p)}
+    sources = {
+        p: t for p, t in tree.items() if p.endswith(".py") and t is not None and path_filter.keep(p)
+    }
     report.files = len(sources)
     questions = questions_from_code(sources, report, per_file, wanted)
     train_q, val_q = split_by_file(questions, val_fraction, report)
@@ -438,7 +576,9 @@ def build_dataset(
             (val if side else train).append(row)
     if worked_examples > 0:
         generated = [i for i, r in enumerate(train) if "first_call" in r]
-        examples, used_local = pick_worked_examples([train[i] for i in generated], worked_examples, root)
+        examples, used_local = pick_worked_examples(
+            [train[i] for i in generated], worked_examples, root
+        )
         used = {generated[i] for i in used_local}
         report.examples = [train[i]["messages"][-1]["content"] for i in sorted(used)]
         train = [row for i, row in enumerate(train) if i not in used]

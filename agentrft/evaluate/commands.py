@@ -42,13 +42,24 @@ def _endpoint_model(url: str, name: str | None) -> str:
     try:
         listed = httpx.get(models_url, timeout=10).json().get("data") or []
     except (httpx.HTTPError, ValueError) as exc:
-        raise AgentRFTError(f"{models_url}: cannot list models ({exc}); name one with --endpoint-model") from None
+        raise AgentRFTError(
+            f"{models_url}: cannot list models ({exc}); name one with --endpoint-model"
+        ) from None
     if not listed:
         raise AgentRFTError(f"{models_url} lists no model; name one with --endpoint-model")
     return str(listed[0]["id"])
 
 
-def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temperature: float | None, seed: int | None = None, label: str = "rollouts", endpoint_model: str | None = None) -> list[Any]:
+def run_graded(
+    job: Any,
+    items: Sequence[Any],
+    k: int,
+    model: str | None,
+    temperature: float | None,
+    seed: int | None = None,
+    label: str = "rollouts",
+    endpoint_model: str | None = None,
+) -> list[Any]:
     """K graded rollouts per row with `model`: the job's model (`base`), a run directory or
     model path, or an OpenAI-compatible endpoint URL (evaluated, not trainable). Rollouts
     come from `rollout/` and grades from `graders/`, as in training."""
@@ -62,7 +73,9 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
     )
     from agentrft.tools.launch import job_environment
 
-    grader = build_grader(job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits())
+    grader = build_grader(
+        job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits()
+    )
     ext = job.agentrft
     with job_environment(job) as env_url:
         if model and model.startswith(("http://", "https://")):
@@ -72,15 +85,24 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
             chat = OpenAIChat(model, _endpoint_model(model, endpoint_model))
             chat_settings = chat_settings_from_job(job, env_url, grader, temperature)
             with progress_bar(label, len(items) * k) as advance:
-                groups = asyncio.run(run_chat_groups_async(items, k, chat_settings, chat, on_done=advance))
+                groups = asyncio.run(
+                    run_chat_groups_async(items, k, chat_settings, chat, on_done=advance)
+                )
         else:
             from agentrft.policy.load import load_policy
             from agentrft.rollout.group import rollout_groups
 
-            policy = load_policy(job.model if model in (None, "base") else model, base=job.model, device=ext.device, dtype=ext.dtype)
+            policy = load_policy(
+                job.model if model in (None, "base") else model,
+                base=job.model,
+                device=ext.device,
+                dtype=ext.dtype,
+            )
             show_precision(policy.precision)
             settings = settings_from_job(job, policy, env_url, grader)
-            params = sampling_params(job, seed=job.seed if seed is None else seed, temperature=temperature)
+            params = sampling_params(
+                job, seed=job.seed if seed is None else seed, temperature=temperature
+            )
             sampler = batched_sampler(job, policy, params)
             with progress_bar(label, len(items) * k) as advance:
                 groups, _ = rollout_groups(items, k, settings, sampler, advance)
@@ -88,23 +110,53 @@ def run_graded(job: Any, items: Sequence[Any], k: int, model: str | None, temper
     return graded
 
 
-def evaluate_model(job: Any, items: Sequence[Any], k: int, model: str, out: Path, *, temperature: float | None = None, threshold: float = 1.0, endpoint_model: str | None = None, label: str = "eval") -> dict[str, Any]:
+def evaluate_model(
+    job: Any,
+    items: Sequence[Any],
+    k: int,
+    model: str,
+    out: Path,
+    *,
+    temperature: float | None = None,
+    threshold: float = 1.0,
+    endpoint_model: str | None = None,
+    label: str = "eval",
+) -> dict[str, Any]:
     """Run and grade K rollouts per row with `model`; write results.json and rollouts.jsonl
     to `out` and return the results."""
     from agentrft.evaluate.eval import eval_results, graded_records
     from agentrft.rollout.records import finite, write_jsonl
 
     t0 = time.perf_counter()
-    groups = run_graded(job, items, k, model, temperature, label=label, endpoint_model=endpoint_model)
+    groups = run_graded(
+        job, items, k, model, temperature, label=label, endpoint_model=endpoint_model
+    )
     res = eval_results(groups, threshold)
-    res.update({"model": model, "job": job.source, "k": k, "rows": len(items), "wall_s": time.perf_counter() - t0})
+    res.update(
+        {
+            "model": model,
+            "job": job.source,
+            "k": k,
+            "rows": len(items),
+            "wall_s": time.perf_counter() - t0,
+        }
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(finite(res), indent=2))
     write_jsonl(out / "rollouts.jsonl", graded_records(groups))
     return res
 
 
-def preflight_job(job: Any, items: Sequence[Any], k: int, out: Path, *, model: str | None = None, temperature: float | None = None, threshold: float = 1.0) -> dict[str, Any]:
+def preflight_job(
+    job: Any,
+    items: Sequence[Any],
+    k: int,
+    out: Path,
+    *,
+    model: str | None = None,
+    temperature: float | None = None,
+    threshold: float = 1.0,
+) -> dict[str, Any]:
     """The learnability check on `items`; writes preflight.json and rollouts.jsonl."""
     from agentrft.evaluate.eval import graded_records
     from agentrft.evaluate.preflight import preflight
@@ -132,8 +184,12 @@ def print_preflight(rep: dict[str, Any]) -> None:
     for k in rep["best_of_k"]:
         t.add_row(k, f"{rep['best_of_k'][k]:.3f}", f"{rep['pass_at_k'].get(k, float('nan')):.3f}")
     console.print(t)
-    console.print(f"rows whose {rep['samples_per_row']} rewards differ: {rep['rows_with_signal']:.0%}   rewards {rep['reward_min']:.3g} .. {rep['reward_max']:.3g}   histogram {rep['eval']['reward_histogram']}")
-    style = {"learnable": "bold green", "weak_signal": "bold yellow"}.get(rep["verdict"], "bold red")
+    console.print(
+        f"rows whose {rep['samples_per_row']} rewards differ: {rep['rows_with_signal']:.0%}   rewards {rep['reward_min']:.3g} .. {rep['reward_max']:.3g}   histogram {rep['eval']['reward_histogram']}"
+    )
+    style = {"learnable": "bold green", "weak_signal": "bold yellow"}.get(
+        rep["verdict"], "bold red"
+    )
     console.print(f"verdict: [{style}]{rep['verdict']}[/]")
     for line in rep["advice"]:
         console.print(f"  - {line}")
@@ -148,8 +204,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     items = _items(job, args.data, args.rows, "validation")
     out = new_output_dir(args.out, "eval", job.agentrft.output_dir)
     model = args.model or "base"
-    console.print(f"[bold]agentrft eval[/] {args.job}: {len(items)} rows x {args.k} samples, model {model}")
-    res = evaluate_model(job, items, args.k, model, out, temperature=args.temperature, threshold=args.threshold, endpoint_model=args.endpoint_model)
+    console.print(
+        f"[bold]agentrft eval[/] {args.job}: {len(items)} rows x {args.k} samples, model {model}"
+    )
+    res = evaluate_model(
+        job,
+        items,
+        args.k,
+        model,
+        out,
+        temperature=args.temperature,
+        threshold=args.threshold,
+        endpoint_model=args.endpoint_model,
+    )
     console.print(summary_table(res, title=f"eval: {model}"))
     console.print(f"wrote {out / 'results.json'} and rollouts.jsonl")
     return 0
@@ -164,7 +231,15 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     items = _items(job, args.data, args.rows, args.split)
     out = new_output_dir(args.out, "preflight", job.agentrft.output_dir)
     console.print(f"[bold]agentrft preflight[/] {args.job}: {len(items)} rows x {args.k} samples")
-    rep = preflight_job(job, items, args.k, out, model=args.model, temperature=args.temperature, threshold=args.threshold)
+    rep = preflight_job(
+        job,
+        items,
+        args.k,
+        out,
+        model=args.model,
+        temperature=args.temperature,
+        threshold=args.threshold,
+    )
     print_preflight(rep)
     console.print(f"wrote {out / 'preflight.json'}")
     return 0
@@ -176,13 +251,22 @@ def load_result(path: str) -> dict[str, Any]:
 
     p = Path(path)
     res_path = p / "results.json" if p.is_dir() else p
-    _must(res_path.is_file(), f"{path}: no results.json here (give an `agentrft eval` output directory or its results.json)")
+    _must(
+        res_path.is_file(),
+        f"{path}: no results.json here (give an `agentrft eval` output directory or its results.json)",
+    )
     summary = json.loads(res_path.read_text())
     rollouts = res_path.parent / "rollouts.jsonl"
-    return {"summary": summary, "rollouts": read_jsonl(rollouts) if rollouts.is_file() else [], "label": str(path)}
+    return {
+        "summary": summary,
+        "rollouts": read_jsonl(rollouts) if rollouts.is_file() else [],
+        "label": str(path),
+    }
 
 
-def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float | None, float | None]]:
+def compare_rows(
+    a: dict[str, Any], b: dict[str, Any]
+) -> list[tuple[str, float | None, float | None]]:
     """(metric, A, B) for the side-by-side table."""
 
     def get(d: dict[str, Any], *keys: str) -> float | None:
@@ -193,13 +277,22 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float 
     rows = [("reward mean", ("reward", "mean")), ("pass rate", ("pass_rate",))]
     subs = sorted(set(a.get("sub_rewards", {})) | set(b.get("sub_rewards", {})))
     rows += [(f"  {s}", ("sub_rewards", s)) for s in subs]
-    for key, label in (("tool_calls", "tool calls"), ("turns", "turns"), ("sampled_tokens", "sampled tokens"),
-                       ("tool_call_tokens", "tokens sent to tools"), ("latency_s", "latency s")):
+    for key, label in (
+        ("tool_calls", "tool calls"),
+        ("turns", "turns"),
+        ("sampled_tokens", "sampled tokens"),
+        ("tool_call_tokens", "tokens sent to tools"),
+        ("latency_s", "latency s"),
+    ):
         rows += [(f"{label} {q}", (key, q)) for q in ("mean", "p50", "p95", "max")]
     tools = sorted(set(a.get("tool_calls_per_tool", {})) | set(b.get("tool_calls_per_tool", {})))
     rows += [(f"calls to {t} (total)", ("tool_calls_per_tool", t)) for t in tools]
-    rows += [("bytes sent to tools", ("tool_request_bytes",)), ("invalid tool calls", ("invalid_tool_calls",)),
-             ("discard rate", ("discard_rate",)), ("grader error rate", ("grader_error_rate",))]
+    rows += [
+        ("bytes sent to tools", ("tool_request_bytes",)),
+        ("invalid tool calls", ("invalid_tool_calls",)),
+        ("discard rate", ("discard_rate",)),
+        ("grader error rate", ("grader_error_rate",)),
+    ]
     return [(label, get(a, *keys), get(b, *keys)) for label, keys in rows]
 
 
@@ -237,7 +330,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a, b = load_result(args.a), load_result(args.b)
     print_compare(a["summary"], b["summary"], args.a, args.b)
     out = Path(args.out) if args.out else Path("compare.html")
-    write_report(out, before=a, after=b, rollouts=b["rollouts"] or a["rollouts"], title=f"agentrft compare: {args.a} vs {args.b}")
+    write_report(
+        out,
+        before=a,
+        after=b,
+        rollouts=b["rollouts"] or a["rollouts"],
+        title=f"agentrft compare: {args.a} vs {args.b}",
+    )
     console.print(f"wrote {out} (plots: tool calls before/after, best-of-k)")
     return 0
 
@@ -252,24 +351,44 @@ def cmd_sample(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     items = _items(job, args.data, args.rows, "validation")
     out = new_output_dir(args.out, "sample", job.agentrft.output_dir)
-    console.print(f"[bold]agentrft sample[/] {args.job}: best of {args.best_of} per row, {len(items)} rows")
+    console.print(
+        f"[bold]agentrft sample[/] {args.job}: best of {args.best_of} per row, {len(items)} rows"
+    )
     groups = run_graded(job, items, args.best_of, args.model, args.temperature, label="samples")
     best, firsts, bests = [], [], []
     for g in groups:
         scored = [(reward_of(gr), i) for i, gr in enumerate(g.grades)]
         scored = [(r, i) for r, i in scored if r == r]  # NaN: discarded or grader error
         if not scored:
-            best.append({"row": g.item.index, "reward": None, "output_text": None, "note": "no rollout of this row could be graded"})
+            best.append(
+                {
+                    "row": g.item.index,
+                    "reward": None,
+                    "output_text": None,
+                    "note": "no rollout of this row could be graded",
+                }
+            )
             continue
         r, i = max(scored)
         traj = g.trajectories[i]
         firsts.append(scored[0][0])
         bests.append(r)
-        best.append({"row": g.item.index, "reward": r, "of": len(scored), "output_text": sample_from_trajectory(traj)["output_text"], "trace_id": traj.trace_id, "item": dict(g.item.fields)})
+        best.append(
+            {
+                "row": g.item.index,
+                "reward": r,
+                "of": len(scored),
+                "output_text": sample_from_trajectory(traj)["output_text"],
+                "trace_id": traj.trace_id,
+                "item": dict(g.item.fields),
+            }
+        )
     write_jsonl(out / "best.jsonl", best)
     write_jsonl(out / "rollouts.jsonl", graded_records(groups))
     if bests:
-        console.print(f"mean reward: best-of-{args.best_of} {sum(bests) / len(bests):.3f}  vs  a single sample {sum(firsts) / len(firsts):.3f}  ({len(bests)} rows)")
+        console.print(
+            f"mean reward: best-of-{args.best_of} {sum(bests) / len(bests):.3f}  vs  a single sample {sum(firsts) / len(firsts):.3f}  ({len(bests)} rows)"
+        )
     console.print(f"wrote {out / 'best.jsonl'}")
     return 0
 
@@ -283,42 +402,76 @@ def cmd_report(args: argparse.Namespace) -> int:
     run = Path(args.run_dir)
     _must(run.is_dir(), f"{run}: not a directory")
     metrics = read_metrics(run)
-    evals = sorted(run.glob("rollouts/eval-step-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    evals = sorted(
+        run.glob("rollouts/eval-step-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1])
+    )
     before = {"rollouts": read_jsonl(evals[0])} if evals else None
     after = {"rollouts": read_jsonl(evals[-1])} if len(evals) > 1 else None
     if before is None and (run / "results.json").is_file():  # an eval directory
         before = load_result(str(run))
     rollouts = (after or before or {}).get("rollouts") or []
     if not rollouts:
-        steps = sorted(run.glob("rollouts/step-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+        steps = sorted(
+            run.glob("rollouts/step-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1])
+        )
         rollouts = read_jsonl(steps[-1]) if steps else []
     out = Path(args.out) if args.out else run / "report.html"
-    write_report(out, metrics=metrics, before=before, after=after, rollouts=rollouts, title=f"agentrft report: {run.name}")
+    write_report(
+        out,
+        metrics=metrics,
+        before=before,
+        after=after,
+        rollouts=rollouts,
+        title=f"agentrft report: {run.name}",
+    )
     console.print(f"wrote {out}")
     return 0
 
 
 def add_commands(sub: Any) -> None:
-    e = sub.add_parser("eval", help="baseline or evaluate a model: reward, tool calls, tokens, latency")
+    e = sub.add_parser(
+        "eval", help="baseline or evaluate a model: reward, tool calls, tokens, latency"
+    )
     e.add_argument("job")
-    e.add_argument("--model", default=None, help="base (default) | RUN_DIR | model path | http(s) URL of an OpenAI-compatible endpoint")
+    e.add_argument(
+        "--model",
+        default=None,
+        help="base (default) | RUN_DIR | model path | http(s) URL of an OpenAI-compatible endpoint",
+    )
     e.add_argument("--data", default=None, help="a JSONL file (default: the job's validation file)")
     e.add_argument("-k", type=int, default=1, help="samples per row (default 1)")
     e.add_argument("--rows", type=int, default=None, help="only the first N rows")
-    e.add_argument("--threshold", type=float, default=1.0, help="reward counted as a pass (default 1.0)")
-    e.add_argument("--temperature", type=float, default=None, help="default: the job's sampling temperature")
-    e.add_argument("--endpoint-model", default=None, help="with a URL: the model name to request (default: the first the endpoint lists)")
+    e.add_argument(
+        "--threshold", type=float, default=1.0, help="reward counted as a pass (default 1.0)"
+    )
+    e.add_argument(
+        "--temperature", type=float, default=None, help="default: the job's sampling temperature"
+    )
+    e.add_argument(
+        "--endpoint-model",
+        default=None,
+        help="with a URL: the model name to request (default: the first the endpoint lists)",
+    )
     e.add_argument("--out", default=None, help="output directory (default runs/eval-TIMESTAMP)")
     e.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("preflight", help="can the task teach anything? signal share, best-of-k, pass@k, a verdict")
+    p = sub.add_parser(
+        "preflight", help="can the task teach anything? signal share, best-of-k, pass@k, a verdict"
+    )
     p.add_argument("job")
     p.add_argument("-k", type=int, default=8, help="samples per row (default 8)")
     p.add_argument("--split", choices=["train", "validation"], default="train")
     p.add_argument("--data", default=None)
     p.add_argument("--rows", type=int, default=None)
-    p.add_argument("--model", default=None, help="base (default) | RUN_DIR | model path | endpoint URL")
-    p.add_argument("--threshold", type=float, default=1.0, help="reward counted as a pass for pass@k (default 1.0)")
+    p.add_argument(
+        "--model", default=None, help="base (default) | RUN_DIR | model path | endpoint URL"
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=1.0,
+        help="reward counted as a pass for pass@k (default 1.0)",
+    )
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_preflight)
@@ -332,14 +485,18 @@ def add_commands(sub: Any) -> None:
     s = sub.add_parser("sample", help="best-of-N: per row, the highest-graded of N rollouts")
     s.add_argument("job")
     s.add_argument("--best-of", type=int, required=True, metavar="N")
-    s.add_argument("--model", default=None, help="base (default) | RUN_DIR | model path | endpoint URL")
+    s.add_argument(
+        "--model", default=None, help="base (default) | RUN_DIR | model path | endpoint URL"
+    )
     s.add_argument("--data", default=None)
     s.add_argument("--rows", type=int, default=None)
     s.add_argument("--temperature", type=float, default=None)
     s.add_argument("--out", default=None)
     s.set_defaults(func=cmd_sample)
 
-    rp = sub.add_parser("report", help="one self-contained HTML page for a training run or eval directory")
+    rp = sub.add_parser(
+        "report", help="one self-contained HTML page for a training run or eval directory"
+    )
     rp.add_argument("run_dir")
     rp.add_argument("--out", default=None, help="default RUN_DIR/report.html")
     rp.set_defaults(func=cmd_report)

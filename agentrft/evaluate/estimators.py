@@ -49,7 +49,9 @@ def best_of_k(rewards: Sequence[float], k: int) -> float:
     return math.fsum(r * (math.comb(i, k - 1) / total) for i, r in enumerate(ordered) if i >= k - 1)
 
 
-def best_of_k_curve(rewards_by_prompt: Iterable[Sequence[float]], ks: Sequence[int] | None = None) -> dict[int, float]:
+def best_of_k_curve(
+    rewards_by_prompt: Iterable[Sequence[float]], ks: Sequence[int] | None = None
+) -> dict[int, float]:
     """Mean over prompts of best_of_k, for each k. `ks` defaults to 1..min n; a k larger
     than some prompt's sample count is left out (the estimate would not be defined)."""
     groups = [list(g) for g in rewards_by_prompt if len(g)]

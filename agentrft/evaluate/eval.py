@@ -38,12 +38,20 @@ def reward_stats(groups: Sequence[Group], pass_threshold: float | None = None) -
     per_group = [[reward_of(gr) for gr in g.grades] for g in groups]
     flat = [[r for r in rs if not math.isnan(r)] for rs in per_group]
     out: dict[str, Any] = {
-        "reward": {"mean": float(np.mean(kept)) if kept else math.nan, "std": float(np.std(kept)) if kept else math.nan, "n": len(kept)},
+        "reward": {
+            "mean": float(np.mean(kept)) if kept else math.nan,
+            "std": float(np.std(kept)) if kept else math.nan,
+            "n": len(kept),
+        },
         "sub_rewards": {k: float(np.mean(v)) for k, v in sorted(subs.items())},
         "grader_errors": dict(errors),
         "groups": len(groups),
         "zero_signal_groups": sum(1 for rs in flat if len(rs) < 2 or max(rs) - min(rs) <= 1e-9),
-        "reward_histogram": np.histogram(kept, bins=10, range=(min(kept + [0.0]), max(kept + [1.0])))[0].tolist() if kept else [],
+        "reward_histogram": np.histogram(
+            kept, bins=10, range=(min(kept + [0.0]), max(kept + [1.0]))
+        )[0].tolist()
+        if kept
+        else [],
     }
     if pass_threshold is not None:
         out["pass_rate"] = float(np.mean([r >= pass_threshold for r in kept])) if kept else math.nan
@@ -60,7 +68,9 @@ def eval_results(groups: Sequence[Group], pass_threshold: float | None = None) -
     kept = [t for t in trajs if t.discarded is None]
     res["tool_output_tokens"] = distribution([t.count(Origin.TOOL_OUTPUT) for t in kept])
     res["tool_call_tokens"] = distribution([tool_call_tokens(t) for t in kept])
-    res["tool_argument_chars"] = distribution([sum(len(c.arguments) for c in t.tool_calls) for t in kept])
+    res["tool_argument_chars"] = distribution(
+        [sum(len(c.arguments) for c in t.tool_calls) for t in kept]
+    )
     return res
 
 
@@ -71,4 +81,8 @@ def tool_call_tokens(traj: Trajectory) -> int:
 
 
 def graded_records(groups: Sequence[Group], **extra: Any) -> list[dict[str, Any]]:
-    return [to_record(t, gr, extra or None) for g in groups for t, gr in zip(g.trajectories, g.grades, strict=True)]
+    return [
+        to_record(t, gr, extra or None)
+        for g in groups
+        for t, gr in zip(g.trajectories, g.grades, strict=True)
+    ]

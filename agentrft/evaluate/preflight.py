@@ -22,7 +22,9 @@ from agentrft.types import Group
 EPS = 1e-9
 
 
-def learnability(groups: Sequence[Group], ks: Sequence[int] = (1, 2, 4, 8), threshold: float = 1.0) -> dict[str, Any]:
+def learnability(
+    groups: Sequence[Group], ks: Sequence[int] = (1, 2, 4, 8), threshold: float = 1.0
+) -> dict[str, Any]:
     """The numbers behind the verdict, over rows with at least two graded rollouts."""
     per_row = [[r for r in (reward_of(gr) for gr in g.grades) if not math.isnan(r)] for g in groups]
     rows = [r for r in per_row if len(r) >= 2]
@@ -36,7 +38,14 @@ def learnability(groups: Sequence[Group], ks: Sequence[int] = (1, 2, 4, 8), thre
         "samples_per_row": n_min,
         "rows_with_signal": float(np.mean(spread)) if rows else 0.0,
         "best_of_k": {str(k): v for k, v in best_of_k_curve(rows, ks).items()},
-        "pass_at_k": {str(k): float(np.mean([pass_at_k(len(r), sum(x >= threshold for x in r), k) for r in rows])) for k in ks} if rows else {},
+        "pass_at_k": {
+            str(k): float(
+                np.mean([pass_at_k(len(r), sum(x >= threshold for x in r), k) for r in rows])
+            )
+            for k in ks
+        }
+        if rows
+        else {},
         "threshold": threshold,
         "reward_min": min(flat) if flat else math.nan,
         "reward_max": max(flat) if flat else math.nan,
@@ -58,9 +67,17 @@ def verdict(stats: dict[str, Any], results: dict[str, Any]) -> tuple[str, list[s
             "Check the grader alone with `agentrft grader run GRADER.json --sample S.json --item I.json`.",
         ]
     if invalid_share > 0.3:
-        advice.append(f"{invalid_share:.0%} of tool calls did not parse or validate: add worked examples (agentrft.few_shot_messages) whose arguments come from the request, or a prefill such as \"<tool_call>\".")
-    if results["tool_calls"]["mean"] < 0.1 and results["tool_calls_per_tool"] == {} and results.get("rollouts"):
-        advice.append("The model almost never calls a tool: show it how in the system prompt and few-shot examples, or prefill the reply.")
+        advice.append(
+            f'{invalid_share:.0%} of tool calls did not parse or validate: add worked examples (agentrft.few_shot_messages) whose arguments come from the request, or a prefill such as "<tool_call>".'
+        )
+    if (
+        results["tool_calls"]["mean"] < 0.1
+        and results["tool_calls_per_tool"] == {}
+        and results.get("rollouts")
+    ):
+        advice.append(
+            "The model almost never calls a tool: show it how in the system prompt and few-shot examples, or prefill the reply."
+        )
     if stats["rows_scored"] == 0:
         return "broken", ["No row got two graded rollouts; nothing can be measured.", *advice]
     if stats["reward_max"] - stats["reward_min"] <= EPS:
@@ -70,9 +87,14 @@ def verdict(stats: dict[str, Any], results: dict[str, Any]) -> tuple[str, list[s
                 *advice,
                 "Fix the prompt, tools or grader first; make the reward continuous (partial credit) so near-misses count; or raise compute_multiplier so more samples per row are tried.",
             ]
-        return "saturated", [f"Every rollout already scores {stats['reward_max']:.3g}: the task is too easy to teach anything. Use harder rows or a stricter grader."]
+        return "saturated", [
+            f"Every rollout already scores {stats['reward_max']:.3g}: the task is too easy to teach anything. Use harder rows or a stricter grader."
+        ]
     if stats["rows_all_max"] > 0.9:
-        return "saturated", [f"{stats['rows_all_max']:.0%} of rows are solved on every sample: little is left to learn. Use harder rows.", *advice]
+        return "saturated", [
+            f"{stats['rows_all_max']:.0%} of rows are solved on every sample: little is left to learn. Use harder rows.",
+            *advice,
+        ]
     ks = sorted(int(k) for k in stats["best_of_k"])
     gain = stats["best_of_k"][str(ks[-1])] - stats["best_of_k"][str(ks[0])] if ks else 0.0
     if stats["rows_with_signal"] < 0.25 or gain < 0.02:
@@ -87,7 +109,9 @@ def verdict(stats: dict[str, Any], results: dict[str, Any]) -> tuple[str, list[s
     ]
 
 
-def preflight(groups: Sequence[Group], ks: Sequence[int] = (1, 2, 4, 8), threshold: float = 1.0) -> dict[str, Any]:
+def preflight(
+    groups: Sequence[Group], ks: Sequence[int] = (1, 2, 4, 8), threshold: float = 1.0
+) -> dict[str, Any]:
     results = eval_results(groups, threshold)
     stats = learnability(groups, ks, threshold)
     name, advice = verdict(stats, results)

@@ -75,13 +75,27 @@ def is_reward_key(key: str) -> bool:
     carry "reward" in their names too (`reward/n` is the number of graded rollouts, 16 and
     more): on the reward axis they flattened every real curve to the bottom."""
     last = key.rsplit("/", 1)[-1]
-    return last == "reward" or key.endswith("reward/mean") or key.startswith(("sub_rewards/", "eval/sub_rewards/"))
+    return (
+        last == "reward"
+        or key.endswith("reward/mean")
+        or key.startswith(("sub_rewards/", "eval/sub_rewards/"))
+    )
 
 
-def reward_curves(metrics: Sequence[Record], max_curves: int = 6) -> dict[str, list[tuple[float, float]]]:
+def reward_curves(
+    metrics: Sequence[Record], max_curves: int = 6
+) -> dict[str, list[tuple[float, float]]]:
     """(step, reward) points per reward key (`is_reward_key`), the overall means first."""
-    keys = sorted({k for row in metrics for k, v in row.items() if is_reward_key(k) and _number(v)}, key=lambda k: (not k.endswith("reward/mean"), k))
-    return {key: [(row.get("step", i), row[key]) for i, row in enumerate(metrics) if _number(row.get(key))] for key in keys[:max_curves]}
+    keys = sorted(
+        {k for row in metrics for k, v in row.items() if is_reward_key(k) and _number(v)},
+        key=lambda k: (not k.endswith("reward/mean"), k),
+    )
+    return {
+        key: [
+            (row.get("step", i), row[key]) for i, row in enumerate(metrics) if _number(row.get(key))
+        ]
+        for key in keys[:max_curves]
+    }
 
 
 def reward_curve_png(metrics: Sequence[Record], max_curves: int = 6) -> str | None:
@@ -93,7 +107,13 @@ def reward_curve_png(metrics: Sequence[Record], max_curves: int = 6) -> str | No
     fig = _figure()
     ax = fig.add_subplot()
     for key, points in curves.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o" if len(points) < 30 else None, markersize=3, label=key)
+        ax.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            marker="o" if len(points) < 30 else None,
+            markersize=3,
+            label=key,
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
@@ -108,11 +128,16 @@ def tool_calls_png(before: Mapping[int, int], after: Mapping[int, int]) -> str |
     fig = _figure(8.5, 3.2)
     top = max([*before, *after, 0])
     share_y = max([*before.values(), *after.values(), 1])
-    for i, (label, counts, color) in enumerate([("before", before, "#6b7280"), ("after", after, "#16a34a")]):
+    for i, (label, counts, color) in enumerate(
+        [("before", before, "#6b7280"), ("after", after, "#16a34a")]
+    ):
         ax = fig.add_subplot(1, 2, i + 1)
         xs = list(range(top + 1))
         ax.bar(xs, [counts.get(x, 0) for x in xs], color=color, width=0.8)
-        ax.set_title(f"{label} ({sum(counts.values())} rollouts)" if counts else f"{label}: no data", fontsize=10)
+        ax.set_title(
+            f"{label} ({sum(counts.values())} rollouts)" if counts else f"{label}: no data",
+            fontsize=10,
+        )
         ax.set_xlabel("tool calls per rollout")
         ax.set_ylim(0, share_y * 1.1)
         ax.set_xticks(xs if top < 16 else xs[:: max(1, top // 10)])
@@ -163,7 +188,9 @@ def tool_call_counts(data: Any) -> dict[int, int]:
     """Rollouts per number of tool calls (kept rollouts only), from records or a summary."""
     records = _records(data)
     if records:
-        return dict(Counter(int(r.get("num_tool_calls", 0)) for r in records if not r.get("discarded")))
+        return dict(
+            Counter(int(r.get("num_tool_calls", 0)) for r in records if not r.get("discarded"))
+        )
     hist = _summary(data).get("tool_calls_histogram") or {}
     return {int(k): int(v) for k, v in hist.items()}
 
@@ -181,7 +208,9 @@ def best_of_k_from(data: Any) -> dict[int, float]:
 def record_tool_call_tokens(record: Record) -> int:
     """Tokens the model wrote in the replies that call tools, from a rollout record (see
     `agentrft.evaluate.eval.tool_call_tokens`)."""
-    return sum(int(t.get("sampled_tokens") or 0) for t in record.get("turns") or [] if t.get("tool_calls"))
+    return sum(
+        int(t.get("sampled_tokens") or 0) for t in record.get("turns") or [] if t.get("tool_calls")
+    )
 
 
 def _overview(data: Any) -> dict[str, str]:
@@ -190,10 +219,26 @@ def _overview(data: Any) -> dict[str, str]:
     if not records and not summary:
         return {}
     rewards = [float(r["reward"]) for r in kept if _number(r.get("reward"))]
-    calls = distribution([float(r.get("num_tool_calls", 0)) for r in kept]) if records else summary.get("tool_calls", {})
-    tokens = distribution([float((r.get("tokens") or {}).get("sampled", 0)) for r in kept]) if records else summary.get("sampled_tokens", {})
-    call_tokens = distribution([float(record_tool_call_tokens(r)) for r in kept]) if records else summary.get("tool_call_tokens", {})
-    latency = distribution([float((r.get("timings") or {}).get("total_s", 0.0)) for r in kept]) if records else summary.get("latency_s", {})
+    calls = (
+        distribution([float(r.get("num_tool_calls", 0)) for r in kept])
+        if records
+        else summary.get("tool_calls", {})
+    )
+    tokens = (
+        distribution([float((r.get("tokens") or {}).get("sampled", 0)) for r in kept])
+        if records
+        else summary.get("sampled_tokens", {})
+    )
+    call_tokens = (
+        distribution([float(record_tool_call_tokens(r)) for r in kept])
+        if records
+        else summary.get("tool_call_tokens", {})
+    )
+    latency = (
+        distribution([float((r.get("timings") or {}).get("total_s", 0.0)) for r in kept])
+        if records
+        else summary.get("latency_s", {})
+    )
     reward = summary.get("reward", {}).get("mean") if not rewards else sum(rewards) / len(rewards)
 
     def fmt(d: Mapping[str, float], key: str, spec: str = "{:.2f}") -> str:
@@ -202,7 +247,9 @@ def _overview(data: Any) -> dict[str, str]:
     return {
         "rollouts (discarded)": f"{len(records) or summary.get('rollouts', 0)} ({len(records) - len(kept) if records else summary.get('discarded', 0)})",
         "mean reward": f"{reward:.3f}" if _number(reward) else "-",
-        "tool calls mean / p50 / p95 / max": " / ".join(fmt(calls, k) for k in ("mean", "p50", "p95", "max")),
+        "tool calls mean / p50 / p95 / max": " / ".join(
+            fmt(calls, k) for k in ("mean", "p50", "p95", "max")
+        ),
         "sampled tokens mean / p95": f"{fmt(tokens, 'mean', '{:.0f}')} / {fmt(tokens, 'p95', '{:.0f}')}",
         "tokens sent to tools mean / p95": f"{fmt(call_tokens, 'mean', '{:.1f}')} / {fmt(call_tokens, 'p95', '{:.0f}')}",
         "latency s p50 / p95": f"{fmt(latency, 'p50')} / {fmt(latency, 'p95')}",
@@ -232,7 +279,8 @@ def _message(m: Record) -> str:
     head = f"tool · {m['name']}" if role == "tool" and m.get("name") else role
     calls = "".join(
         f'<pre class="call">→ {escape(c.get("function", {}).get("name", ""))}({escape(c.get("function", {}).get("arguments", ""))})</pre>'
-        for c in m.get("tool_calls") or [] if isinstance(c, Mapping)
+        for c in m.get("tool_calls") or []
+        if isinstance(c, Mapping)
     )
     return f'<div class="msg role-{escape(role)}"><div class="role">{escape(head)}</div>{_text(m.get("content"))}{calls}</div>'
 
@@ -242,10 +290,14 @@ def trajectory_html(record: Record) -> str:
     every reply with its tool calls and the tool outputs."""
     messages = [m for m in record.get("messages") or [] if isinstance(m, Mapping)]
     written = sum(1 + len(t.get("tool_results") or []) for t in record.get("turns") or [])
-    prompt, rest = messages[: len(messages) - written], messages[len(messages) - written:]
+    prompt, rest = messages[: len(messages) - written], messages[len(messages) - written :]
     reward = record.get("reward")
-    meta = [f"row {record.get('row', '?')}", f"reward {reward:.3f}" if _number(reward) else "ungraded",
-            f"stop {record.get('stop_reason', '?')}", f"{record.get('num_tool_calls', 0)} tool calls"]
+    meta = [
+        f"row {record.get('row', '?')}",
+        f"reward {reward:.3f}" if _number(reward) else "ungraded",
+        f"stop {record.get('stop_reason', '?')}",
+        f"{record.get('num_tool_calls', 0)} tool calls",
+    ]
     if record.get("discarded"):
         meta.append(f"DISCARDED: {record['discarded']}")
     folded = ""
@@ -257,7 +309,9 @@ def trajectory_html(record: Record) -> str:
 
 def _pick(records: Sequence[Record], n: int) -> list[Record]:
     """The best and the worst graded rollout first, then the others in their order."""
-    graded = sorted((r for r in records if _number(r.get("reward"))), key=lambda r: float(r["reward"]))
+    graded = sorted(
+        (r for r in records if _number(r.get("reward"))), key=lambda r: float(r["reward"])
+    )
     out: list[Record] = []
     for r in [*graded[-1:], *graded[:1], *records]:
         if all(r is not u for u in out):
@@ -272,36 +326,94 @@ def _overview_table(before: Any, after: Any) -> str:
         return ""
     keys = list(next(iter(cols.values())))
     head = "".join(f"<th>{escape(c)}</th>" for c in cols)
-    rows = "".join(f"<tr><td>{escape(k)}</td>" + "".join(f"<td>{escape(cols[c].get(k, '-'))}</td>" for c in cols) + "</tr>" for k in keys)
+    rows = "".join(
+        f"<tr><td>{escape(k)}</td>"
+        + "".join(f"<td>{escape(cols[c].get(k, '-'))}</td>" for c in cols)
+        + "</tr>"
+        for k in keys
+    )
     return f"<table><tr><th></th>{head}</tr>{rows}</table>"
 
 
-def build_report(*, metrics: Sequence[Record] | None = None, before: Any = None, after: Any = None,
-                 rollouts: Sequence[Record] | None = None, title: str = "agentrft report", max_trajectories: int = 4) -> str:
+def build_report(
+    *,
+    metrics: Sequence[Record] | None = None,
+    before: Any = None,
+    after: Any = None,
+    rollouts: Sequence[Record] | None = None,
+    title: str = "agentrft report",
+    max_trajectories: int = 4,
+) -> str:
     """The whole page as a string (see the module docstring for the inputs)."""
     counts_before, counts_after = tool_call_counts(before), tool_call_counts(after)
     sections = [
-        ("reward-curve", "Reward during training",
-         image_html(reward_curve_png(metrics or []), "reward curve", "No training metrics with a reward (metrics.jsonl) were given.")),
-        ("tool-calls", "Tool calls per rollout, before and after",
-         _overview_table(before, after) + image_html(tool_calls_png(counts_before, counts_after), "tool calls per rollout", "No evaluation results were given.")),
-        ("best-of-k", "Best of k",
-         image_html(best_of_k_png({"before": best_of_k_from(before), "after": best_of_k_from(after)}), "best-of-k curve",
-              "No evaluation with several samples per prompt was given.")),
-        ("trajectories", "Trajectories",
-         "".join(trajectory_html(r) for r in _pick(list(rollouts or []), max_trajectories)) or '<p class="missing">No rollouts were given.</p>'),
+        (
+            "reward-curve",
+            "Reward during training",
+            image_html(
+                reward_curve_png(metrics or []),
+                "reward curve",
+                "No training metrics with a reward (metrics.jsonl) were given.",
+            ),
+        ),
+        (
+            "tool-calls",
+            "Tool calls per rollout, before and after",
+            _overview_table(before, after)
+            + image_html(
+                tool_calls_png(counts_before, counts_after),
+                "tool calls per rollout",
+                "No evaluation results were given.",
+            ),
+        ),
+        (
+            "best-of-k",
+            "Best of k",
+            image_html(
+                best_of_k_png({"before": best_of_k_from(before), "after": best_of_k_from(after)}),
+                "best-of-k curve",
+                "No evaluation with several samples per prompt was given.",
+            ),
+        ),
+        (
+            "trajectories",
+            "Trajectories",
+            "".join(trajectory_html(r) for r in _pick(list(rollouts or []), max_trajectories))
+            or '<p class="missing">No rollouts were given.</p>',
+        ),
     ]
-    body = "".join(f'<section id="{sid}"><h2>{escape(head)}</h2>{content}</section>' for sid, head, content in sections)
+    body = "".join(
+        f'<section id="{sid}"><h2>{escape(head)}</h2>{content}</section>'
+        for sid, head, content in sections
+    )
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>"
     )
 
 
-def write_report(out_path: str | Path, *, metrics: Sequence[Record] | None = None, before: Any = None, after: Any = None,
-                 rollouts: Sequence[Record] | None = None, title: str = "agentrft report", max_trajectories: int = 4) -> Path:
+def write_report(
+    out_path: str | Path,
+    *,
+    metrics: Sequence[Record] | None = None,
+    before: Any = None,
+    after: Any = None,
+    rollouts: Sequence[Record] | None = None,
+    title: str = "agentrft report",
+    max_trajectories: int = 4,
+) -> Path:
     """Write the report page to `out_path` and return it."""
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_report(metrics=metrics, before=before, after=after, rollouts=rollouts, title=title, max_trajectories=max_trajectories), encoding="utf-8")
+    path.write_text(
+        build_report(
+            metrics=metrics,
+            before=before,
+            after=after,
+            rollouts=rollouts,
+            title=title,
+            max_trajectories=max_trajectories,
+        ),
+        encoding="utf-8",
+    )
     return path

@@ -45,23 +45,33 @@ KNOWN_TYPES = tuple(FAMILIES)
 
 def _build(spec: Any, path: str, ctx: BuildContext) -> Grader:
     if not isinstance(spec, Mapping):
-        raise ConfigError(f"{path}: a grader must be a JSON object with a \"type\", got {type(spec).__name__}")
+        raise ConfigError(
+            f'{path}: a grader must be a JSON object with a "type", got {type(spec).__name__}'
+        )
     kind = spec.get("type")
     if kind not in FAMILIES:
-        got = "no \"type\"" if kind is None else f"unknown type {kind!r}"
+        got = 'no "type"' if kind is None else f"unknown type {kind!r}"
         raise ConfigError(f"{path}: {got}; known grader types: {', '.join(KNOWN_TYPES)}")
     spec_model, builder = FAMILIES[kind]
     return builder(parse_spec(spec_model, dict(spec), path), path, ctx)
 
 
-def build_grader(spec: Mapping[str, Any], *, judge: Any = None, python_limits: Any = None, check_resources: bool = True) -> Grader:
+def build_grader(
+    spec: Mapping[str, Any],
+    *,
+    judge: Any = None,
+    python_limits: Any = None,
+    check_resources: bool = True,
+) -> Grader:
     """A ready grader for `spec` (OpenAI grader JSON, or an agentrft addition).
 
     judge: a `JudgeConfig` or its dict (the job's `agentrft.judge`) for model graders.
     python_limits: an `agentrft.sandbox.Limits` for python graders (default: OpenAI's).
     check_resources: False to check the JSON only (see validate_grader).
     """
-    ctx = BuildContext(judge=judge, python_limits=python_limits, check_resources=check_resources, build=_build)
+    ctx = BuildContext(
+        judge=judge, python_limits=python_limits, check_resources=check_resources, build=_build
+    )
     return _build(spec, "grader", ctx)
 
 
@@ -82,7 +92,11 @@ def tool_call_limit(grader: Any) -> int | None:
     sets none), or None. Rollouts
     stop once they ask for more calls than this (`agentrft.runtime.tool_call_cap`): their
     grade is -1 anyway."""
-    limits = [g.max_tool_calls for g in walk(grader) if getattr(g, "type", None) == "tool_budget" and g.max_tool_calls is not None]
+    limits = [
+        g.max_tool_calls
+        for g in walk(grader)
+        if getattr(g, "type", None) == "tool_budget" and g.max_tool_calls is not None
+    ]
     return min(limits) if limits else None
 
 

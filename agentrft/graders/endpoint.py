@@ -48,11 +48,17 @@ class EndpointSpec(Strict):
     timeout_s: float = Field(default=60.0, gt=0)
     retries: int = Field(default=3, ge=0)
     backoff_s: float = Field(default=0.5, ge=0)
-    range: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=2, max_length=2)  # accepted scores
+    range: list[float] = Field(
+        default_factory=lambda: [0.0, 1.0], min_length=2, max_length=2
+    )  # accepted scores
 
     @model_validator(mode="after")
     def _range_ordered(self) -> EndpointSpec:
-        if not (math.isfinite(self.range[0]) and math.isfinite(self.range[1]) and self.range[0] < self.range[1]):
+        if not (
+            math.isfinite(self.range[0])
+            and math.isfinite(self.range[1])
+            and self.range[0] < self.range[1]
+        ):
             raise ValueError(f"range must be [low, high] with finite low < high, got {self.range}")
         return self
 
@@ -97,13 +103,19 @@ class EndpointGrader:
         if slot > now:
             await asyncio.sleep(slot - now)
 
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    def grade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         return run_sync(self.agrade(sample, item, trace_id))
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         return await agrade_safely(lambda: self._post(sample, item, trace_id))
 
-    async def _post(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str) -> Grade:
+    async def _post(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str
+    ) -> Grade:
         from agentrft.tools.http import (
             MAX_PAYLOAD_BYTES,
             PayloadTooLarge,
@@ -111,45 +123,73 @@ class EndpointGrader:
             post_with_retries,
         )
 
-        body = json.dumps({"sample": sample, "item": item, "trace_id": trace_id}, ensure_ascii=False, default=str).encode()
+        body = json.dumps(
+            {"sample": sample, "item": item, "trace_id": trace_id}, ensure_ascii=False, default=str
+        ).encode()
         if len(body) > MAX_PAYLOAD_BYTES:
-            return failed("endpoint_grader_client_error", f"the grading request is {len(body)} bytes, over the 1 MiB limit (413); not sent")
+            return failed(
+                "endpoint_grader_client_error",
+                f"the grading request is {len(body)} bytes, over the 1 MiB limit (413); not sent",
+            )
         await self._wait_for_slot()
         client = http_client.get()
         own = client is None
         client = client or new_client(4)
         try:
             reply = await post_with_retries(
-                client, self.spec.url, body, headers=self.spec.headers, timeout=self.spec.timeout_s,
-                retries=self.spec.retries, backoff_s=self.spec.backoff_s, error_cls=GraderUnavailable, validate=_reply,
+                client,
+                self.spec.url,
+                body,
+                headers=self.spec.headers,
+                timeout=self.spec.timeout_s,
+                retries=self.spec.retries,
+                backoff_s=self.spec.backoff_s,
+                error_cls=GraderUnavailable,
+                validate=_reply,
             )
         except GraderUnavailable as exc:
             return failed("unresponsive_reward_error", str(exc))
         except PayloadTooLarge:
-            return failed("endpoint_grader_client_error", f"{redact_url(self.spec.url)}: the reply is over 1 MiB (413)")
+            return failed(
+                "endpoint_grader_client_error",
+                f"{redact_url(self.spec.url)}: the reply is over 1 MiB (413)",
+            )
         finally:
             if own:
                 await client.aclose()
         if reply.status >= 400:
-            return failed("endpoint_grader_client_error", f"{redact_url(self.spec.url)}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}")
+            return failed(
+                "endpoint_grader_client_error",
+                f"{redact_url(self.spec.url)}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}",
+            )
         obj = _reply(reply.body)
         where = redact_url(self.spec.url)
         score = float(obj["score"])
         lo, hi = self.spec.range
         if not lo <= score <= hi:
-            return failed("endpoint_grader_score_error", f"{where}: score {score:g} is outside the grader's range [{lo:g}, {hi:g}]; "
-                          "fix the grader, or set `range` if such scores are meant")
+            return failed(
+                "endpoint_grader_score_error",
+                f"{where}: score {score:g} is outside the grader's range [{lo:g}, {hi:g}]; "
+                "fix the grader, or set `range` if such scores are meant",
+            )
         raw_subs = obj.get("sub_scores", {})
         if not isinstance(raw_subs, dict):
-            return failed("endpoint_grader_score_error", f"{where}: sub_scores must be an object of numbers, got {type(raw_subs).__name__}")
+            return failed(
+                "endpoint_grader_score_error",
+                f"{where}: sub_scores must be an object of numbers, got {type(raw_subs).__name__}",
+            )
         subs: dict[str, float] = {}
         for name, value in raw_subs.items():
             try:
                 subs[str(name)] = checked_score(value)
             except ValueError as exc:
-                return failed("endpoint_grader_score_error", f"{where}: sub_score {str(name)[:80]!r}: {exc}")
+                return failed(
+                    "endpoint_grader_score_error", f"{where}: sub_score {str(name)[:80]!r}: {exc}"
+                )
         metrics: dict[str, Any] = obj["metrics"] if isinstance(obj.get("metrics"), dict) else {}
-        return Grade(score, subs, {**metrics, "attempts": reply.attempts, "latency_s": reply.latency_s})
+        return Grade(
+            score, subs, {**metrics, "attempts": reply.attempts, "latency_s": reply.latency_s}
+        )
 
 
 def build(spec: EndpointSpec, path: str, ctx: BuildContext) -> EndpointGrader:

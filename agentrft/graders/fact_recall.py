@@ -84,17 +84,25 @@ class FactRecallGrader:
     def _inputs(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> tuple[str, list[str]]:
         ns = {"sample": sample, "item": item}
         ref = self.spec.reference
-        facts = [f for r in ref for f in _facts(render(r, ns))] if isinstance(ref, list) else _facts(render_value(ref, ns))
+        facts = (
+            [f for r in ref for f in _facts(render(r, ns))]
+            if isinstance(ref, list)
+            else _facts(render_value(ref, ns))
+        )
         return render(self.spec.input, ns), facts
 
     def _too_long(self, answer: str) -> Grade | None:
         limit = self.spec.max_answer_words
         words = len(normalize(answer).split())
         if limit is not None and words > limit:
-            return Grade(0.0, {}, {"too_long": True, "answer_words": words, "max_answer_words": limit})
+            return Grade(
+                0.0, {}, {"too_long": True, "answer_words": words, "max_answer_words": limit}
+            )
         return None
 
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    def grade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         if self.judge is not None:
             return run_sync(self.agrade(sample, item, trace_id))
 
@@ -103,11 +111,15 @@ class FactRecallGrader:
                 answer, facts = self._inputs(sample, item)
             except MissingItemField as exc:
                 return failed("invalid_variable_error", str(exc))
-            return self._too_long(answer) or self._result(facts, [fact_found(f, answer) for f in facts])
+            return self._too_long(answer) or self._result(
+                facts, [fact_found(f, answer) for f in facts]
+            )
 
         return grade_safely(run)
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         if self.judge is None:
             return self.grade(sample, item, trace_id)
 
@@ -118,26 +130,44 @@ class FactRecallGrader:
                 return failed("invalid_variable_error", str(exc))
             if (long := self._too_long(answer)) is not None:
                 return long
-            grades = await asyncio.gather(*(self.judge.agrade(sample, item, trace_id, extra={"fact": f}) for f in facts))
+            grades = await asyncio.gather(
+                *(self.judge.agrade(sample, item, trace_id, extra={"fact": f}) for f in facts)
+            )
             for g in grades:
                 if g.error is not None:
-                    return Grade(NAN, {}, {"error_details": f"judging a fact: {g.metrics.get('error_details', '')}"}, g.error)
+                    return Grade(
+                        NAN,
+                        {},
+                        {"error_details": f"judging a fact: {g.metrics.get('error_details', '')}"},
+                        g.error,
+                    )
             return self._result(facts, [g.score >= self.spec.fact_threshold for g in grades])
 
         return await agrade_safely(run)
 
     def _result(self, facts: list[str], found: list[bool]) -> Grade:
         score = sum(found) / len(facts) if facts else 1.0
-        return Grade(score, {}, {"found": [f for f, ok in zip(facts, found, strict=True) if ok], "missing": [f for f, ok in zip(facts, found, strict=True) if not ok]})
+        return Grade(
+            score,
+            {},
+            {
+                "found": [f for f, ok in zip(facts, found, strict=True) if ok],
+                "missing": [f for f, ok in zip(facts, found, strict=True) if not ok],
+            },
+        )
 
 
 def build(spec: FactRecallSpec, path: str, ctx: BuildContext) -> FactRecallGrader:
     check_template(spec.input, f"{path}.input")
     for i, r in enumerate([spec.reference] if isinstance(spec.reference, str) else spec.reference):
-        check_template(r, f"{path}.reference" + ("" if isinstance(spec.reference, str) else f"[{i}]"))
+        check_template(
+            r, f"{path}.reference" + ("" if isinstance(spec.reference, str) else f"[{i}]")
+        )
     judge = None
     if spec.judge is not None:
         if spec.judge.get("type") not in ("score_model", "label_model"):
-            raise ConfigError(f"{path}.judge: must be a score_model or label_model grader (its messages may use {{{{fact}}}}), got type {spec.judge.get('type')!r}")
+            raise ConfigError(
+                f"{path}.judge: must be a score_model or label_model grader (its messages may use {{{{fact}}}}), got type {spec.judge.get('type')!r}"
+            )
         judge = ctx.child(spec.judge, f"{path}.judge", namespaces=(*ctx.namespaces, "fact"))
     return FactRecallGrader(spec, judge)

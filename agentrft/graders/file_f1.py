@@ -85,7 +85,9 @@ def parse_paths(value: Any) -> set[str]:
     return paths
 
 
-def set_f1(selected: Iterable[str], expected: Iterable[str], can_hit: set[str] | None = None) -> tuple[float, float, float]:
+def set_f1(
+    selected: Iterable[str], expected: Iterable[str], can_hit: set[str] | None = None
+) -> tuple[float, float, float]:
     """(f1, precision, recall); 1.0 for two empty sets. With `can_hit`, only those paths
     count as hits; the other selected paths still count against precision."""
     s, e = set(selected), set(expected)
@@ -102,9 +104,13 @@ _NUMBERED = re.compile(r"^\s*(\d+)[.)]\s+(\S+)", re.MULTILINE)
 
 
 def numbered_paths(sample: Mapping[str, Any]) -> dict[str, str]:
-    """"N" -> path from the last successful tool output with numbered lines."""
+    """ "N" -> path from the last successful tool output with numbered lines."""
     for call in reversed(sample.get("tool_calls") or []):
-        if isinstance(call, Mapping) and call.get("status") == "ok" and isinstance(call.get("output"), str):
+        if (
+            isinstance(call, Mapping)
+            and call.get("status") == "ok"
+            and isinstance(call.get("output"), str)
+        ):
             lines = {n: normalize_path(path) for n, path in _NUMBERED.findall(call["output"])}
             if lines:
                 return lines
@@ -115,7 +121,11 @@ def returned_paths(sample: Mapping[str, Any]) -> set[str]:
     """Every path-like word in the outputs of the rollout's successful tool calls."""
     seen: set[str] = set()
     for call in sample.get("tool_calls") or []:
-        if isinstance(call, Mapping) and call.get("status") == "ok" and isinstance(call.get("output"), str):
+        if (
+            isinstance(call, Mapping)
+            and call.get("status") == "ok"
+            and isinstance(call.get("output"), str)
+        ):
             for token in re.split(r"[\s:]+", call["output"]):
                 path = normalize_path(token)
                 if path:
@@ -131,7 +141,9 @@ class FileF1Grader(LocalGrader[FileF1Spec]):
         try:
             selected = parse_paths(render_value(self.spec.input, ns))
             ref = self.spec.reference
-            expected = parse_paths([render(r, ns) for r in ref] if isinstance(ref, list) else render_value(ref, ns))
+            expected = parse_paths(
+                [render(r, ns) for r in ref] if isinstance(ref, list) else render_value(ref, ns)
+            )
         except MissingItemField as exc:
             return failed("invalid_variable_error", str(exc))
         if self.spec.resolve_numbers:
@@ -149,5 +161,7 @@ class FileF1Grader(LocalGrader[FileF1Spec]):
 def build(spec: FileF1Spec, path: str, ctx: BuildContext) -> FileF1Grader:
     check_template(spec.input, f"{path}.input")
     for i, r in enumerate([spec.reference] if isinstance(spec.reference, str) else spec.reference):
-        check_template(r, f"{path}.reference" + ("" if isinstance(spec.reference, str) else f"[{i}]"))
+        check_template(
+            r, f"{path}.reference" + ("" if isinstance(spec.reference, str) else f"[{i}]")
+        )
     return FileF1Grader(spec)

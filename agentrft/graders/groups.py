@@ -41,7 +41,9 @@ async def grade_groups(
         grade = None
         if traj.discarded is None:
             async with sem:
-                grade = await grader.agrade(sample_from_trajectory(traj), dict(traj.item.fields), traj.trace_id)
+                grade = await grader.agrade(
+                    sample_from_trajectory(traj), dict(traj.item.fields), traj.trace_id
+                )
         if on_graded is not None:
             on_graded(traj, grade)
         return grade
@@ -55,7 +57,7 @@ async def grade_groups(
     out, i = [], 0
     for g in groups:
         n = len(g.trajectories)
-        out.append(dataclasses.replace(g, grades=tuple(grades[i:i + n])))
+        out.append(dataclasses.replace(g, grades=tuple(grades[i : i + n])))
         i += n
     return out
 
@@ -68,10 +70,18 @@ async def cleanup_traces(base_url: str | None, trajs: Sequence[Trajectory]) -> N
     from agentrft.tools.http import new_client
 
     async with new_client() as client:
-        await asyncio.gather(*(client.post(base_url + "/cleanup", json={"trace_id": t.trace_id}, timeout=30) for t in trajs), return_exceptions=True)
+        await asyncio.gather(
+            *(
+                client.post(base_url + "/cleanup", json={"trace_id": t.trace_id}, timeout=30)
+                for t in trajs
+            ),
+            return_exceptions=True,
+        )
 
 
-def grade_rollouts(groups: Sequence[Group], grader: Grader, env_url: str | None = None) -> tuple[list[Group], dict[str, float]]:
+def grade_rollouts(
+    groups: Sequence[Group], grader: Grader, env_url: str | None = None
+) -> tuple[list[Group], dict[str, float]]:
     """The grades stage of training and evaluation: grade every rollout, then release the
     environment's per-trace state. Also returns the phase's wall time and peak memory."""
 
@@ -83,4 +93,7 @@ def grade_rollouts(groups: Sequence[Group], grader: Grader, env_url: str | None 
     reset_peak_rss()
     t0 = time.perf_counter()
     graded = asyncio.run(grade_and_release())
-    return graded, {"time/grading_s": time.perf_counter() - t0, "memory/grading_peak_mb": peak_rss_mb()}
+    return graded, {
+        "time/grading_s": time.perf_counter() - t0,
+        "memory/grading_peak_mb": peak_rss_mb(),
+    }

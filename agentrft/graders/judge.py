@@ -94,7 +94,12 @@ class JudgeError(Exception):
 class Judge(Protocol):
     model: str
 
-    async def complete(self, messages: Sequence[Mapping[str, str]], params: JudgeParams, response_format: Mapping[str, Any] | None = None) -> JudgeReply:
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        params: JudgeParams,
+        response_format: Mapping[str, Any] | None = None,
+    ) -> JudgeReply:
         """The judge's reply. Raises JudgeError or GraderUnavailable on failure."""
         ...
 
@@ -116,12 +121,22 @@ class EndpointJudge:
                 headers["authorization"] = f"Bearer {key}"
         return headers
 
-    async def complete(self, messages: Sequence[Mapping[str, str]], params: JudgeParams, response_format: Mapping[str, Any] | None = None) -> JudgeReply:
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        params: JudgeParams,
+        response_format: Mapping[str, Any] | None = None,
+    ) -> JudgeReply:
         from agentrft.tools.http import new_client, post_with_retries
 
         body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages]}
-        for key, value in (("temperature", params.temperature), ("top_p", params.top_p), ("seed", params.seed),
-                           ("max_completion_tokens", params.max_tokens), ("reasoning_effort", params.reasoning_effort)):
+        for key, value in (
+            ("temperature", params.temperature),
+            ("top_p", params.top_p),
+            ("seed", params.seed),
+            ("max_completion_tokens", params.max_tokens),
+            ("reasoning_effort", params.reasoning_effort),
+        ):
             if value is not None:
                 body[key] = value
         if response_format is not None and self.config.structured_output:
@@ -131,19 +146,37 @@ class EndpointJudge:
         client = client or new_client(4)
         try:
             reply = await post_with_retries(
-                client, self.url, json.dumps(body).encode(), headers=self._headers(), timeout=self.config.timeout_s,
-                retries=self.config.retries, backoff_s=self.config.backoff_s, error_cls=GraderUnavailable, validate=_chat_message,
+                client,
+                self.url,
+                json.dumps(body).encode(),
+                headers=self._headers(),
+                timeout=self.config.timeout_s,
+                retries=self.config.retries,
+                backoff_s=self.config.backoff_s,
+                error_cls=GraderUnavailable,
+                validate=_chat_message,
             )
         finally:
             if own:
                 await client.aclose()
         if reply.status >= 400:
-            hint = " (if it rejects response_format, set agentrft.judge.structured_output: false)" if reply.status == 400 else ""
-            raise JudgeError("model_grader_server_error", f"{redact_url(self.url)}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}{hint}")
+            hint = (
+                " (if it rejects response_format, set agentrft.judge.structured_output: false)"
+                if reply.status == 400
+                else ""
+            )
+            raise JudgeError(
+                "model_grader_server_error",
+                f"{redact_url(self.url)}: HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}{hint}",
+            )
         obj = json.loads(reply.body)
         message = _chat_message(reply.body)
         usage = obj.get("usage") or {}
-        return JudgeReply(message.get("content") or "", message.get("refusal"), int(usage.get("total_tokens") or 0))
+        return JudgeReply(
+            message.get("content") or "",
+            message.get("refusal"),
+            int(usage.get("total_tokens") or 0),
+        )
 
 
 def _chat_message(data: bytes) -> dict[str, Any]:
@@ -152,7 +185,9 @@ def _chat_message(data: bytes) -> dict[str, Any]:
         obj = json.loads(data)
         message = obj["choices"][0]["message"]
     except (json.JSONDecodeError, KeyError, IndexError, TypeError):
-        raise ValueError('expected a chat completion: {"choices": [{"message": {"content": ...}}]}') from None
+        raise ValueError(
+            'expected a chat completion: {"choices": [{"message": {"content": ...}}]}'
+        ) from None
     if not isinstance(message, dict):
         raise ValueError("choices[0].message is not an object")
     return message
@@ -178,22 +213,33 @@ class LocalJudge:
             self._policy = HFPolicy.load(self.model, self.config.device, self.config.dtype)
         return self._policy
 
-    async def complete(self, messages: Sequence[Mapping[str, str]], params: JudgeParams, response_format: Mapping[str, Any] | None = None) -> JudgeReply:
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        params: JudgeParams,
+        response_format: Mapping[str, Any] | None = None,
+    ) -> JudgeReply:
         from agentrft.policy import SamplingParams
         from agentrft.rollout.batching import BatchedSampler
 
         policy = await asyncio.to_thread(self._load)
         tok = policy.tokenizer
-        text = tok.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
+        text = tok.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+        )
         prefill = self.config.prefill or ""
         ids = tok.encode(text + prefill, add_special_tokens=False)
         room = policy.context_window - len(ids)
         if room < 1:
-            raise JudgeError("model_grader_parse_error", f"the judge prompt ({len(ids)} tokens) does not fit the judge's context ({policy.context_window})")
+            raise JudgeError(
+                "model_grader_parse_error",
+                f"the judge prompt ({len(ids)} tokens) does not fit the judge's context ({policy.context_window})",
+            )
         sp = SamplingParams(
             temperature=params.temperature if params.temperature is not None else 0.0,
             top_p=params.top_p if params.top_p is not None else 1.0,
-            max_tokens=params.max_tokens or self.config.max_tokens, seed=params.seed,
+            max_tokens=params.max_tokens or self.config.max_tokens,
+            seed=params.seed,
         )
         loop = asyncio.get_running_loop()
         owner, sampler = self._samplers.get(sp, (None, None))
@@ -211,16 +257,28 @@ def is_local_model(name: str) -> bool:
     return name == DEFAULT_MODEL or Path(name).expanduser().exists()
 
 
-def make_judge(config: JudgeConfig | Mapping[str, Any] | None, grader_model: str, where: str, check: bool, cache: dict[Any, Any]) -> Judge:
+def make_judge(
+    config: JudgeConfig | Mapping[str, Any] | None,
+    grader_model: str,
+    where: str,
+    check: bool,
+    cache: dict[Any, Any],
+) -> Judge:
     """The judge for one model grader; judges are shared within one grader tree."""
-    cfg = config if isinstance(config, JudgeConfig) else JudgeConfig.model_validate(dict(config or {}))
+    cfg = (
+        config
+        if isinstance(config, JudgeConfig)
+        else JudgeConfig.model_validate(dict(config or {}))
+    )
     model = cfg.model_for(grader_model)
     key = (cfg.base_url, model)
     if key in cache:
         return cache[key]
     if cfg.base_url:
         if check and cfg.api_key_env and not os.environ.get(cfg.api_key_env):
-            raise ConfigError(f"{where}: the judge endpoint's API key is read from ${cfg.api_key_env}, which is not set; export it or drop agentrft.judge.api_key_env")
+            raise ConfigError(
+                f"{where}: the judge endpoint's API key is read from ${cfg.api_key_env}, which is not set; export it or drop agentrft.judge.api_key_env"
+            )
         judge: Judge = EndpointJudge(cfg, model)
     else:
         if check and not is_local_model(model):

@@ -36,7 +36,15 @@ from agentrft.graders.template import MissingItemField, check_template, render
 from agentrft.types import Grade
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_STEPS = {"type": "array", "items": {"type": "object", "properties": {"description": {"type": "string"}, "conclusion": {"type": "string"}}, "required": ["description", "conclusion"], "additionalProperties": False}}
+_STEPS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"description": {"type": "string"}, "conclusion": {"type": "string"}},
+        "required": ["description", "conclusion"],
+        "additionalProperties": False,
+    },
+}
 
 
 class Message(Strict):
@@ -54,7 +62,13 @@ class SamplingSpec(Strict):
     reasoning_effort: str | None = None
 
     def params(self) -> JudgeParams:
-        return JudgeParams(self.temperature, self.top_p, self.max_completions_tokens or self.max_tokens, self.seed, self.reasoning_effort)
+        return JudgeParams(
+            self.temperature,
+            self.top_p,
+            self.max_completions_tokens or self.max_tokens,
+            self.seed,
+            self.reasoning_effort,
+        )
 
 
 class ScoreModelSpec(Strict):
@@ -99,17 +113,23 @@ def content_text(content: Any, where: str) -> str:
     for p in parts:
         if isinstance(p, str):
             texts.append(p)
-        elif isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text") and isinstance(p.get("text"), str):
+        elif (
+            isinstance(p, dict)
+            and p.get("type") in ("input_text", "output_text", "text")
+            and isinstance(p.get("text"), str)
+        ):
             texts.append(p["text"])
         else:
             kind = p.get("type") if isinstance(p, dict) else type(p).__name__
-            raise ConfigError(f"{where}: content of type {kind!r} is not supported; agentrft's judges read text (input_text/output_text)")
+            raise ConfigError(
+                f"{where}: content of type {kind!r} is not supported; agentrft's judges read text (input_text/output_text)"
+            )
     return "".join(texts)
 
 
 def first_json_object(text: str) -> Any:
     start, end = text.find("{"), text.rfind("}")
-    for candidate in (text.strip(), text[start:end + 1] if 0 <= start < end else ""):
+    for candidate in (text.strip(), text[start : end + 1] if 0 <= start < end else ""):
         try:
             return json.loads(candidate)
         except (json.JSONDecodeError, RecursionError):
@@ -119,7 +139,11 @@ def first_json_object(text: str) -> Any:
 
 def parse_score(text: str) -> float | None:
     obj = first_json_object(text)
-    if isinstance(obj, dict) and isinstance(obj.get("result"), int | float) and not isinstance(obj.get("result"), bool):
+    if (
+        isinstance(obj, dict)
+        and isinstance(obj.get("result"), int | float)
+        and not isinstance(obj.get("result"), bool)
+    ):
         return float(obj["result"])
     if isinstance(obj, int | float) and not isinstance(obj, bool):
         return float(obj)
@@ -130,12 +154,20 @@ def parse_score(text: str) -> float | None:
 def parse_label(text: str, labels: list[str]) -> str | None:
     by_fold = {lab.casefold(): lab for lab in labels}
     obj = first_json_object(text)
-    if isinstance(obj, dict) and isinstance(obj.get("result"), str) and obj["result"].strip().casefold() in by_fold:
+    if (
+        isinstance(obj, dict)
+        and isinstance(obj.get("result"), str)
+        and obj["result"].strip().casefold() in by_fold
+    ):
         return by_fold[obj["result"].strip().casefold()]
     bare = text.strip().strip("\"'`.*").strip().casefold()
     if bare in by_fold:
         return by_fold[bare]
-    hits = [(m.start(), lab) for lab in labels if (m := re.search(rf"(?<!\w){re.escape(lab)}(?!\w)", text, re.IGNORECASE))]
+    hits = [
+        (m.start(), lab)
+        for lab in labels
+        if (m := re.search(rf"(?<!\w){re.escape(lab)}(?!\w)", text, re.IGNORECASE))
+    ]
     return min(hits)[1] if hits else None
 
 
@@ -158,27 +190,52 @@ class _ModelGrader:
     def _verdict(self, text: str) -> Grade:
         raise NotImplementedError
 
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "", extra: Mapping[str, Any] | None = None) -> Grade:
+    def grade(
+        self,
+        sample: Mapping[str, Any],
+        item: Mapping[str, Any],
+        trace_id: str = "",
+        extra: Mapping[str, Any] | None = None,
+    ) -> Grade:
         return run_sync(self.agrade(sample, item, trace_id, extra))
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "", extra: Mapping[str, Any] | None = None) -> Grade:
+    async def agrade(
+        self,
+        sample: Mapping[str, Any],
+        item: Mapping[str, Any],
+        trace_id: str = "",
+        extra: Mapping[str, Any] | None = None,
+    ) -> Grade:
         return await agrade_safely(lambda: self._run(sample, item, extra or {}))
 
     def messages(self, namespaces: Mapping[str, Any]) -> list[dict[str, str]]:
-        msgs = [{"role": "system" if m.role == "developer" else m.role, "content": render(content_text(m.content, "input"), namespaces)} for m in self.spec.input]
+        msgs = [
+            {
+                "role": "system" if m.role == "developer" else m.role,
+                "content": render(content_text(m.content, "input"), namespaces),
+            }
+            for m in self.spec.input
+        ]
         if msgs[0]["role"] == "system":
-            msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + self._instruction()}
+            msgs[0] = {
+                "role": "system",
+                "content": msgs[0]["content"] + "\n\n" + self._instruction(),
+            }
         else:
             msgs.insert(0, {"role": "system", "content": self._instruction()})
         return msgs
 
-    async def _run(self, sample: Mapping[str, Any], item: Mapping[str, Any], extra: Mapping[str, Any]) -> Grade:
+    async def _run(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], extra: Mapping[str, Any]
+    ) -> Grade:
         try:
             msgs = self.messages({"sample": sample, "item": item, **extra})
         except MissingItemField as exc:
             return failed("invalid_variable_error", str(exc))
         try:
-            reply = await self.judge.complete(msgs, self.spec.sampling_params.params(), self._response_format())
+            reply = await self.judge.complete(
+                msgs, self.spec.sampling_params.params(), self._response_format()
+            )
         except GraderUnavailable as exc:
             return failed("model_grader_server_error", str(exc), judge=self.judge.model)
         except JudgeError as exc:
@@ -186,7 +243,17 @@ class _ModelGrader:
         if reply.refusal:
             return failed("model_grader_refusal_error", reply.refusal, judge=self.judge.model)
         grade = self._verdict(reply.text)
-        return Grade(grade.score, grade.sub_scores, {**grade.metrics, "judge": self.judge.model, "judge_reply": reply.text[:2000], "token_usage": reply.tokens}, grade.error)
+        return Grade(
+            grade.score,
+            grade.sub_scores,
+            {
+                **grade.metrics,
+                "judge": self.judge.model,
+                "judge_reply": reply.text[:2000],
+                "token_usage": reply.tokens,
+            },
+            grade.error,
+        )
 
 
 class ScoreModelGrader(_ModelGrader):
@@ -194,17 +261,29 @@ class ScoreModelGrader(_ModelGrader):
 
     def _instruction(self) -> str:
         lo, hi = self.spec.range
-        return ('Reply with JSON only, in this form: {"steps": [{"description": "...", "conclusion": "..."}], '
-                f'"result": <a number from {lo:g} to {hi:g}>}}')
+        return (
+            'Reply with JSON only, in this form: {"steps": [{"description": "...", "conclusion": "..."}], '
+            f'"result": <a number from {lo:g} to {hi:g}>}}'
+        )
 
     def _response_format(self) -> dict[str, Any]:
-        schema = {"type": "object", "properties": {"steps": _STEPS, "result": {"type": "number"}}, "required": ["steps", "result"], "additionalProperties": False}
-        return {"type": "json_schema", "json_schema": {"name": "score", "strict": True, "schema": schema}}
+        schema = {
+            "type": "object",
+            "properties": {"steps": _STEPS, "result": {"type": "number"}},
+            "required": ["steps", "result"],
+            "additionalProperties": False,
+        }
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "score", "strict": True, "schema": schema},
+        }
 
     def _verdict(self, text: str) -> Grade:
         raw = parse_score(text)
         if raw is None:
-            return failed("model_grader_parse_error", f"no score in the judge's reply: {text[:300]!r}")
+            return failed(
+                "model_grader_parse_error", f"no score in the judge's reply: {text[:300]!r}"
+            )
         lo, hi = self.spec.range
         score = min(hi, max(lo, raw))
         metrics: dict[str, Any] = {"raw_score": raw}
@@ -217,17 +296,33 @@ class LabelModelGrader(_ModelGrader):
     type = "label_model"
 
     def _instruction(self) -> str:
-        return ('Reply with JSON only, in this form: {"steps": [{"description": "...", "conclusion": "..."}], '
-                f'"result": "<one of: {", ".join(self.spec.labels)}>"}}')
+        return (
+            'Reply with JSON only, in this form: {"steps": [{"description": "...", "conclusion": "..."}], '
+            f'"result": "<one of: {", ".join(self.spec.labels)}>"}}'
+        )
 
     def _response_format(self) -> dict[str, Any]:
-        schema = {"type": "object", "properties": {"steps": _STEPS, "result": {"type": "string", "enum": list(self.spec.labels)}}, "required": ["steps", "result"], "additionalProperties": False}
-        return {"type": "json_schema", "json_schema": {"name": "label", "strict": True, "schema": schema}}
+        schema = {
+            "type": "object",
+            "properties": {
+                "steps": _STEPS,
+                "result": {"type": "string", "enum": list(self.spec.labels)},
+            },
+            "required": ["steps", "result"],
+            "additionalProperties": False,
+        }
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "label", "strict": True, "schema": schema},
+        }
 
     def _verdict(self, text: str) -> Grade:
         label = parse_label(text, list(self.spec.labels))
         if label is None:
-            return failed("model_grader_parse_error", f"none of the labels {self.spec.labels} in the judge's reply: {text[:300]!r}")
+            return failed(
+                "model_grader_parse_error",
+                f"none of the labels {self.spec.labels} in the judge's reply: {text[:300]!r}",
+            )
         return Grade(1.0 if label in self.spec.passing_labels else 0.0, {}, {"label": label})
 
 

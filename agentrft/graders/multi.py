@@ -52,7 +52,9 @@ FUNCTIONS: dict[str, tuple[Callable[..., float], int | None]] = {  # name -> (fn
     "sqrt": (math.sqrt, 1),
     "log": (math.log, 1),
 }
-_TOKEN = re.compile(r"\s*(?:(\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|([A-Za-z_][A-Za-z0-9_]*)|(\S))")
+_TOKEN = re.compile(
+    r"\s*(?:(\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|([A-Za-z_][A-Za-z0-9_]*)|(\S))"
+)
 
 
 MAX_NESTING = 100  # parentheses, calls, signs and powers inside each other
@@ -71,7 +73,9 @@ class Formula:
         self._where = where
         self._tokens = self._lex(text)
         if len(self._tokens) > MAX_TOKENS:
-            raise ConfigError(f"{where}: the formula has {len(self._tokens)} tokens, over {MAX_TOKENS}; combine sub-scores in a nested multi grader instead")
+            raise ConfigError(
+                f"{where}: the formula has {len(self._tokens)} tokens, over {MAX_TOKENS}; combine sub-scores in a nested multi grader instead"
+            )
         self._pos = 0
         self._depth = 0
         self.tree = self._expr()
@@ -91,8 +95,16 @@ class Formula:
             number, name, op = m.groups()
             start = m.start(m.lastindex or 0)
             if op is not None and op not in "+-*/^(),":
-                raise ConfigError(f"{self._where}: unexpected character {op!r} at column {start + 1} of {text!r}; allowed: numbers, sub-grader names, + - * / ^ ( ) , and {', '.join(FUNCTIONS)}")
-            tokens.append(("num", number, start) if number is not None else ("name", name, start) if name is not None else ("op", op, start))
+                raise ConfigError(
+                    f"{self._where}: unexpected character {op!r} at column {start + 1} of {text!r}; allowed: numbers, sub-grader names, + - * / ^ ( ) , and {', '.join(FUNCTIONS)}"
+                )
+            tokens.append(
+                ("num", number, start)
+                if number is not None
+                else ("name", name, start)
+                if name is not None
+                else ("op", op, start)
+            )
             pos = m.end()
         return tokens
 
@@ -129,7 +141,9 @@ class Formula:
         self._depth += 1
         try:
             if self._depth > MAX_NESTING:
-                self._fail(f"the formula is nested more than {MAX_NESTING} levels deep; simplify it")
+                self._fail(
+                    f"the formula is nested more than {MAX_NESTING} levels deep; simplify it"
+                )
             if self._take("-"):
                 return ("neg", self._unary())
             if self._take("+"):
@@ -176,7 +190,9 @@ class Formula:
             self._fail(f"missing ')' after the arguments of {name}")
         arity = FUNCTIONS[name][1]
         if (arity is None and not args) or (arity is not None and len(args) != arity):
-            self._fail(f"{name} takes {'one or more arguments' if arity is None else 'exactly one argument'}, got {len(args)}")
+            self._fail(
+                f"{name} takes {'one or more arguments' if arity is None else 'exactly one argument'}, got {len(args)}"
+            )
         return ("call", name, tuple(args))
 
     def _names(self, node: Any) -> list[str]:
@@ -249,7 +265,9 @@ def _flat(name: str, grade: Grade) -> dict[str, float]:
 class MultiGrader:
     type = "multi"
 
-    def __init__(self, spec: MultiSpec, graders: dict[str, Grader], formula: Formula, on_fail: Formula | None) -> None:
+    def __init__(
+        self, spec: MultiSpec, graders: dict[str, Grader], formula: Formula, on_fail: Formula | None
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.graders = graders
@@ -260,7 +278,9 @@ class MultiGrader:
     def children(self) -> list[Grader]:
         return list(self.graders.values())
 
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    def grade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         def run() -> Grade:
             grades: dict[str, Grade] = {}
             for name in self._order():
@@ -271,7 +291,9 @@ class MultiGrader:
 
         return grade_safely(run)
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         async def run() -> Grade:
             grades: dict[str, Grade] = {}
             names = self._order()
@@ -280,7 +302,9 @@ class MultiGrader:
                 grades[gate] = await self.graders[gate].agrade(sample, item, trace_id)
                 if self._stop(gate, grades[gate]):
                     return self._combine(grades)
-            results = await asyncio.gather(*(self.graders[n].agrade(sample, item, trace_id) for n in names))
+            results = await asyncio.gather(
+                *(self.graders[n].agrade(sample, item, trace_id) for n in names)
+            )
             grades.update(zip(names, results, strict=True))
             return self._combine(grades)
 
@@ -295,7 +319,9 @@ class MultiGrader:
 
     def _stop(self, name: str, grade: Grade) -> bool:
         gate = self.spec.gate
-        return grade.error is not None or (gate is not None and name == gate.grader and grade.score < gate.threshold)
+        return grade.error is not None or (
+            gate is not None and name == gate.grader and grade.score < gate.threshold
+        )
 
     def _combine(self, grades: dict[str, Grade]) -> Grade:
         sub: dict[str, float] = {}
@@ -305,7 +331,12 @@ class MultiGrader:
         for name, g in grades.items():
             if g.error is not None:
                 details = g.metrics.get("error_details", "")
-                return Grade(NAN, sub, {"error_details": f"sub-grader {name!r}: {details}", "failed_grader": name}, g.error)
+                return Grade(
+                    NAN,
+                    sub,
+                    {"error_details": f"sub-grader {name!r}: {details}", "failed_grader": name},
+                    g.error,
+                )
         gate = self.spec.gate
         formula, metrics = self.formula, {}
         if gate is not None:
@@ -322,20 +353,30 @@ class MultiGrader:
 
 
 def build(spec: MultiSpec, path: str, ctx: BuildContext) -> MultiGrader:
-    bad = [n for n in spec.graders if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) or n in FUNCTIONS]
+    bad = [
+        n for n in spec.graders if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) or n in FUNCTIONS
+    ]
     if bad:
-        raise ConfigError(f"{path}.graders: the key(s) {bad} cannot appear in a formula; use names like `tests` or `style_2` (letters, digits, _), not a function name")
+        raise ConfigError(
+            f"{path}.graders: the key(s) {bad} cannot appear in a formula; use names like `tests` or `style_2` (letters, digits, _), not a function name"
+        )
     graders = {name: ctx.child(sub, f"{path}.graders.{name}") for name, sub in spec.graders.items()}
     formula = Formula(spec.calculate_output, f"{path}.calculate_output")
     unknown = sorted(formula.names - set(graders))
     if unknown:
-        raise ConfigError(f"{path}.calculate_output: unknown name(s) {', '.join(unknown)} in {spec.calculate_output!r}; the sub-graders are: {', '.join(graders)}")
+        raise ConfigError(
+            f"{path}.calculate_output: unknown name(s) {', '.join(unknown)} in {spec.calculate_output!r}; the sub-graders are: {', '.join(graders)}"
+        )
     on_fail = None
     if spec.gate is not None:
         if spec.gate.grader not in graders:
-            raise ConfigError(f"{path}.gate.grader: {spec.gate.grader!r} is not a sub-grader; use one of: {', '.join(graders)}")
+            raise ConfigError(
+                f"{path}.gate.grader: {spec.gate.grader!r} is not a sub-grader; use one of: {', '.join(graders)}"
+            )
         on_fail = Formula(str(spec.gate.on_fail), f"{path}.gate.on_fail")
         extra = sorted(on_fail.names - {spec.gate.grader})
         if extra:
-            raise ConfigError(f"{path}.gate.on_fail: only the gate grader {spec.gate.grader!r} has a score when the gate fails; remove {', '.join(extra)}")
+            raise ConfigError(
+                f"{path}.gate.on_fail: only the gate grader {spec.gate.grader!r} has a score when the gate fails; remove {', '.join(extra)}"
+            )
     return MultiGrader(spec, graders, formula, on_fail)

@@ -48,9 +48,13 @@ class Grader(Protocol):
     name: str
     type: str
 
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade: ...
+    def grade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade: ...
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade: ...
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade: ...
 
 
 SpecT = TypeVar("SpecT")
@@ -67,10 +71,14 @@ class LocalGrader(Generic[SpecT]):
         self.spec = spec
         self.name: str = spec.name  # type: ignore[attr-defined]  # every grader spec has a name
 
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    def grade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         return grade_safely(lambda: self._grade(sample, item))
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         return self.grade(sample, item, trace_id)
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
@@ -86,7 +94,9 @@ def failed(flag: str, details: str = "", **metrics: Any) -> Grade:
 def checked_score(value: Any) -> float:
     """A finite float, or ValueError naming what came back instead."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"a score must be a number, got {type(value).__name__}: {str(value)[:80]!r}")
+        raise ValueError(
+            f"a score must be a number, got {type(value).__name__}: {str(value)[:80]!r}"
+        )
     score = float(value)
     if not math.isfinite(score):
         raise ValueError(f"a score must be finite, got {score}")
@@ -123,7 +133,12 @@ async def agrade_safely(fn: Callable[[], Awaitable[Grade]]) -> Grade:
 def _timed(grade: Grade, t0: float) -> Grade:
     if "execution_time" in grade.metrics:
         return grade
-    return Grade(grade.score, grade.sub_scores, {**grade.metrics, "execution_time": time.perf_counter() - t0}, grade.error)
+    return Grade(
+        grade.score,
+        grade.sub_scores,
+        {**grade.metrics, "execution_time": time.perf_counter() - t0},
+        grade.error,
+    )
 
 
 def run_sync(coro: Awaitable[Grade]) -> Grade:
@@ -138,4 +153,6 @@ def run_sync(coro: Awaitable[Grade]) -> Grade:
 
 # The pooled HTTP client of the current event loop, set by grade_groups; endpoint graders and
 # endpoint judges use it when present, else open a short-lived one of their own.
-http_client: contextvars.ContextVar[Any] = contextvars.ContextVar("agentrft_grader_http_client", default=None)
+http_client: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "agentrft_grader_http_client", default=None
+)

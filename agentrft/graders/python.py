@@ -80,7 +80,9 @@ class SandboxSpec(Strict):
     pids: int | None = Field(default=None, ge=8)  # processes and threads at once
 
     def apply(self, base: Limits) -> Limits:
-        return dataclasses.replace(base, **{k: v for k, v in self.model_dump().items() if v is not None})
+        return dataclasses.replace(
+            base, **{k: v for k, v in self.model_dump().items() if v is not None}
+        )
 
     def limits(self) -> Limits:
         """These limits over the defaults (OpenAI's)."""
@@ -108,10 +110,14 @@ def check_source(source: str, where: str) -> None:
         raise ConfigError(f"{where}: not valid Python (line {exc.lineno}: {exc.msg})") from None
     fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "grade"]
     if not fns:
-        raise ConfigError(f"{where}: define a top-level function `def grade(sample, item) -> float`")
+        raise ConfigError(
+            f"{where}: define a top-level function `def grade(sample, item) -> float`"
+        )
     args = fns[-1].args
     if len(args.posonlyargs) + len(args.args) != 2 or args.vararg or args.kwonlyargs:
-        raise ConfigError(f"{where}: `grade` must take exactly two arguments: def grade(sample, item) -> float")
+        raise ConfigError(
+            f"{where}: `grade` must take exactly two arguments: def grade(sample, item) -> float"
+        )
 
 
 class PythonGrader:
@@ -122,36 +128,65 @@ class PythonGrader:
         self.name = spec.name
         self.limits = limits
 
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    def grade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         return run_sync(self.agrade(sample, item, trace_id))
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         return await agrade_safely(lambda: self._run(sample, item))
 
     async def _run(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
         workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="agentrft-grader-"))
         try:
             (workdir / "grader.py").write_text(self.spec.source)
-            (workdir / "input.json").write_text(json.dumps({"sample": sample, "item": item}, ensure_ascii=False, default=str))
+            (workdir / "input.json").write_text(
+                json.dumps({"sample": sample, "item": item}, ensure_ascii=False, default=str)
+            )
             res = await run_sandboxed([sys.executable, "-I", "-c", _RUNNER], workdir, self.limits)
             verdict_path = workdir / "result.json"
             verdict = json.loads(verdict_path.read_text()) if verdict_path.is_file() else None
         finally:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
         if res.memory_limit:
-            return failed("python_grader_runtime_error", f"killed at the sandbox's memory limit of {self.limits.memory_mb} MB", stderr=res.stderr[-2000:])
+            return failed(
+                "python_grader_runtime_error",
+                f"killed at the sandbox's memory limit of {self.limits.memory_mb} MB",
+                stderr=res.stderr[-2000:],
+            )
         if res.timed_out:
-            why = f"killed at the wall-clock limit of {self.limits.wall_s:g}s" if res.wall_timeout else f"killed at the CPU limit of {self.limits.cpu_s}s (or for memory)"
+            why = (
+                f"killed at the wall-clock limit of {self.limits.wall_s:g}s"
+                if res.wall_timeout
+                else f"killed at the CPU limit of {self.limits.cpu_s}s (or for memory)"
+            )
             return failed("python_grader_timeout", why, stderr=res.stderr[-2000:])
         if verdict is None:
-            return failed("python_grader_runtime_error", f"the grader process died (exit {res.returncode}) without a result", stderr=res.stderr[-2000:])
+            return failed(
+                "python_grader_runtime_error",
+                f"the grader process died (exit {res.returncode}) without a result",
+                stderr=res.stderr[-2000:],
+            )
         if not verdict["ok"]:
-            hint = f" (memory limit {self.limits.memory_mb} MB)" if verdict["type"] == "MemoryError" else ""
-            return failed("python_grader_runtime_error", f"{verdict['type']}: {verdict['message']}{hint}", traceback=verdict["traceback"], stdout=res.stdout[-2000:])
+            hint = (
+                f" (memory limit {self.limits.memory_mb} MB)"
+                if verdict["type"] == "MemoryError"
+                else ""
+            )
+            return failed(
+                "python_grader_runtime_error",
+                f"{verdict['type']}: {verdict['message']}{hint}",
+                traceback=verdict["traceback"],
+                stdout=res.stdout[-2000:],
+            )
         try:
             score = checked_score(verdict["value"])
         except ValueError as exc:
-            return failed("python_grader_runtime_error", f"grade() must return a finite float: {exc}")
+            return failed(
+                "python_grader_runtime_error", f"grade() must return a finite float: {exc}"
+            )
         return Grade(score, {}, {"stdout": res.stdout[-2000:]} if res.stdout else {})
 
 

@@ -28,7 +28,15 @@ def _json_or_none(text: str) -> Any:
 
 
 def _openai_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
-    return [{"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls if c.error is None]
+    return [
+        {
+            "id": c.call_id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments},
+        }
+        for c in calls
+        if c.error is None
+    ]
 
 
 def _arguments(raw: str) -> dict[str, Any]:
@@ -70,14 +78,16 @@ def sample_from_trajectory(traj: Trajectory) -> dict[str, Any]:
     calls = []
     for c in traj.tool_calls:
         r = results.get(c.call_id)
-        calls.append({
-            "call_id": c.call_id,
-            "name": c.name,
-            "arguments": _arguments(c.arguments),
-            "output": r.output if r else None,
-            "status": r.status if r else ("invalid_call" if c.error else "not_run"),
-            "error": c.error,
-        })
+        calls.append(
+            {
+                "call_id": c.call_id,
+                "name": c.name,
+                "arguments": _arguments(c.arguments),
+                "output": r.output if r else None,
+                "status": r.status if r else ("invalid_call" if c.error else "not_run"),
+                "error": c.error,
+            }
+        )
     sample["trajectory"] = _plain(list(traj.messages))
     sample["tool_calls"] = calls
     sample["stop_reason"] = traj.stop_reason.value

@@ -24,7 +24,9 @@ M = TypeVar("M", bound=BaseModel)
 def parse_spec(model: type[M], data: Any, path: str) -> M:
     """Validate `data` against `model`; ConfigError lists every problem as `path.field`."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a grader must be a JSON object with a \"type\", got {type(data).__name__}")
+        raise ConfigError(
+            f'{path}: a grader must be a JSON object with a "type", got {type(data).__name__}'
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -50,7 +50,10 @@ class StringCheckGrader(LocalGrader[StringCheckSpec]):
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
         ns = {"sample": sample, "item": item}
-        text, ref = render(self.spec.input, ns), render(self.spec.reference, ns)  # MissingItemField: grade_safely
+        text, ref = (
+            render(self.spec.input, ns),
+            render(self.spec.reference, ns),
+        )  # MissingItemField: grade_safely
         return Grade(1.0 if compare(self.spec.operation, text, ref) else 0.0)
 
 

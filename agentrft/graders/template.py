@@ -21,7 +21,9 @@ from agentrft.errors import ConfigError
 
 NAMESPACES = ("item", "sample")
 _PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.DOTALL)
-_STEP = re.compile(r"""\.\s*([A-Za-z_][A-Za-z0-9_\-]*)|\[\s*(-?\d+)\s*\]|\[\s*(?:"([^"]*)"|'([^']*)')\s*\]""")
+_STEP = re.compile(
+    r"""\.\s*([A-Za-z_][A-Za-z0-9_\-]*)|\[\s*(-?\d+)\s*\]|\[\s*(?:"([^"]*)"|'([^']*)')\s*\]"""
+)
 _HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MISSING = object()
 
@@ -40,9 +42,17 @@ def parse_path(expr: str) -> tuple[str, tuple[str | int, ...]]:
     while pos < len(expr):
         m = _STEP.match(expr, pos)
         if m is None:
-            raise ValueError(f"cannot read {{{{{expr}}}}} at {expr[pos:]!r}; write paths like item.a.b or sample.output_tools[0].function.name")
+            raise ValueError(
+                f"cannot read {{{{{expr}}}}} at {expr[pos:]!r}; write paths like item.a.b or sample.output_tools[0].function.name"
+            )
         name, index, dq, sq = m.groups()
-        steps.append(int(index) if index is not None else name if name is not None else (dq if dq is not None else sq))
+        steps.append(
+            int(index)
+            if index is not None
+            else name
+            if name is not None
+            else (dq if dq is not None else sq)
+        )
         pos = m.end()
     return head.group(0), tuple(steps)
 
@@ -56,7 +66,9 @@ def check_template(text: str, where: str, namespaces: Iterable[str] = NAMESPACES
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         if ns not in allowed:
-            raise ConfigError(f"{where}: unknown namespace {ns!r} in {m.group(0)}; use one of {', '.join(allowed)} (e.g. {{{{item.answer}}}})")
+            raise ConfigError(
+                f"{where}: unknown namespace {ns!r} in {m.group(0)}; use one of {', '.join(allowed)} (e.g. {{{{item.answer}}}})"
+            )
 
 
 def _lookup(root: Any, steps: tuple[str | int, ...]) -> Any:
@@ -82,7 +94,9 @@ def resolve(expr: str, namespaces: Mapping[str, Any]) -> Any:
     if value is _MISSING:
         if ns == "sample":
             return None
-        raise MissingItemField(f"{{{{{expr}}}}}: the {ns} has no such field (it has: {', '.join(map(str, namespaces[ns])) if isinstance(namespaces[ns], Mapping) else type(namespaces[ns]).__name__})")
+        raise MissingItemField(
+            f"{{{{{expr}}}}}: the {ns} has no such field (it has: {', '.join(map(str, namespaces[ns])) if isinstance(namespaces[ns], Mapping) else type(namespaces[ns]).__name__})"
+        )
     return value
 
 

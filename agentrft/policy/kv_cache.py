@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MIN_AVAILABLE_BYTES = 512 << 20  # keep nothing that would leave the machine less free memory than this
+MIN_AVAILABLE_BYTES = (
+    512 << 20
+)  # keep nothing that would leave the machine less free memory than this
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,9 @@ class CachedPrefix:
 
     @property
     def nbytes(self) -> int:
-        return sum(int(k.numel() * k.element_size() + v.numel() * v.element_size()) for k, v in self.layers)
+        return sum(
+            int(k.numel() * k.element_size() + v.numel() * v.element_size()) for k, v in self.layers
+        )
 
 
 @dataclass
@@ -93,7 +97,11 @@ class PrefixCache:
         with self._lock:
             entry = self._entries.pop(key, None)
             self._sizes.pop(key, None)
-        if entry is None or len(entry.tokens) >= len(prompt) or tuple(prompt[: len(entry.tokens)]) != entry.tokens:
+        if (
+            entry is None
+            or len(entry.tokens) >= len(prompt)
+            or tuple(prompt[: len(entry.tokens)]) != entry.tokens
+        ):
             return None
         return entry
 

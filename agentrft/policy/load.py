@@ -38,7 +38,9 @@ _STEP = re.compile(r"^step-(\d+)$")
 class ResolvedRef:
     kind: Literal["model", "adapter"]
     path: str  # a model name, directory or GGUF file (model), or the adapter directory
-    base: str | None = None  # adapter: the model it applies to; model: where its missing tokenizer comes from
+    base: str | None = (
+        None  # adapter: the model it applies to; model: where its missing tokenizer comes from
+    )
 
 
 def _is_adapter(path: Path) -> bool:
@@ -79,11 +81,15 @@ def _adapter_base(adapter: Path, base: str | None) -> str:
     if base is not None:
         return base
     try:
-        named = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        named = json.loads((adapter / "adapter_config.json").read_text()).get(
+            "base_model_name_or_path"
+        )
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelNotFoundError(f"{adapter}/adapter_config.json cannot be read: {exc}") from None
     if not named:
-        raise ModelNotFoundError(f"{adapter}/adapter_config.json names no base model (base_model_name_or_path); pass the base explicitly (--base MODEL)")
+        raise ModelNotFoundError(
+            f"{adapter}/adapter_config.json names no base model (base_model_name_or_path); pass the base explicitly (--base MODEL)"
+        )
     return str(named)
 
 
@@ -112,11 +118,15 @@ def resolve_ref(ref: str, base: str | None = None) -> ResolvedRef:
     if _has_tokenizer(found):
         return ResolvedRef("model", str(found))
     if run_base is None:
-        raise ModelNotFoundError(f"{found} has no tokenizer and {path}/run.json names no base model; pass the base explicitly (--base MODEL)")
+        raise ModelNotFoundError(
+            f"{found} has no tokenizer and {path}/run.json names no base model; pass the base explicitly (--base MODEL)"
+        )
     return ResolvedRef("model", str(found), run_base)
 
 
-def load_policy(ref: str, *, base: str | None = None, device: str = "auto", dtype: str = "auto") -> HFPolicy:
+def load_policy(
+    ref: str, *, base: str | None = None, device: str = "auto", dtype: str = "auto"
+) -> HFPolicy:
     """Load `ref` (see the module docstring) as an HFPolicy ready to sample.
 
     An adapter is merged into its base (`merge_and_unload`), so serving it costs the same

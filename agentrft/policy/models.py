@@ -39,16 +39,22 @@ def embedded_gguf(name: str) -> Path:
     package, filename = _EMBEDDED[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFoundError(f"the default model {name!r} is not installed. Install it with:\n  {_INSTALL_HINT}")
+        raise ModelNotFoundError(
+            f"the default model {name!r} is not installed. Install it with:\n  {_INSTALL_HINT}"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / filename
     if not path.is_file():
-        raise ModelNotFoundError(f"{path} is missing from the {package} package. Reinstall it:\n  {_INSTALL_HINT}")
+        raise ModelNotFoundError(
+            f"{path} is missing from the {package} package. Reinstall it:\n  {_INSTALL_HINT}"
+        )
     return path
 
 
 def _fingerprint(path: Path) -> str:
     st = path.stat()
-    return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[
+        :12
+    ]
 
 
 def build_once(target: Path, marker: str, build: Callable[[Path], None]) -> Path:
@@ -101,7 +107,9 @@ def resolve_model(name_or_path: str) -> Path:
         return convert_gguf(path)
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelNotFoundError(f"{path} has no config.json: not a transformers model directory")
+            raise ModelNotFoundError(
+                f"{path} has no config.json: not a transformers model directory"
+            )
         return path
     raise ModelNotFoundError(
         f"model {name_or_path!r} not found. Use {DEFAULT_MODEL!r} (install: {_INSTALL_HINT}), "

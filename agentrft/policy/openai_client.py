@@ -47,9 +47,13 @@ class ChatChoice:
 
     index: int
     content: str | None
-    tool_calls: tuple[Mapping[str, Any], ...]  # OpenAI shape: {"id", "type": "function", "function": {"name", "arguments"}}
+    tool_calls: tuple[
+        Mapping[str, Any], ...
+    ]  # OpenAI shape: {"id", "type": "function", "function": {"name", "arguments"}}
     finish_reason: str  # stop | length | tool_calls | content_filter
-    usage: Mapping[str, int]  # the whole request's token usage, shared by its n choices ({} if not reported)
+    usage: Mapping[
+        str, int
+    ]  # the whole request's token usage, shared by its n choices ({} if not reported)
     latency_s: float  # the whole request's
 
     @property
@@ -82,7 +86,11 @@ def _choices(data: bytes) -> list[dict[str, Any]]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc.msg})") from None
     choices = obj.get("choices") if isinstance(obj, dict) else None
-    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices):
+    if (
+        not isinstance(choices, list)
+        or not choices
+        or not all(isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices)
+    ):
         raise ValueError('expected {"choices": [{"message": {...}, "finish_reason": ...}, ...]}')
     return choices
 
@@ -97,7 +105,9 @@ def _rejection(status: int, body: bytes, url: str) -> ChatRequestRejected:
             message = err
     except (json.JSONDecodeError, AttributeError):
         pass
-    return ChatRequestRejected(f"{url} refused the request (HTTP {status}): {message}", status, code)
+    return ChatRequestRejected(
+        f"{url} refused the request (HTTP {status}): {message}", status, code
+    )
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,9 @@ class OpenAIChat:
 
     base_url: str  # e.g. "http://127.0.0.1:8000/v1" or "https://api.openai.com/v1"
     model: str
-    api_key_env: str | None = "OPENAI_API_KEY"  # read at call time; None or unset: no Authorization header
+    api_key_env: str | None = (
+        "OPENAI_API_KEY"  # read at call time; None or unset: no Authorization header
+    )
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 120.0
     retries: int = 3
@@ -133,7 +145,11 @@ class OpenAIChat:
         if client is None:
             async with httpx.AsyncClient() as own:
                 return await self.chat(messages, tools, n, client=own, **sampling)
-        body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages], "n": n}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            "n": n,
+        }
         if tools:
             body["tools"] = _openai_tools(tools)
         body.update({k: v for k, v in sampling.items() if v is not None})
@@ -142,13 +158,22 @@ class OpenAIChat:
         t0 = time.perf_counter()
         for attempt in range(self.retries + 1):
             reply = await post_with_retries(
-                client, url, payload, headers=self._headers(), timeout=self.timeout_s, retries=self.retries,
-                backoff_s=self.backoff_s, error_cls=self.error_cls, validate=_choices,
+                client,
+                url,
+                payload,
+                headers=self._headers(),
+                timeout=self.timeout_s,
+                retries=self.retries,
+                backoff_s=self.backoff_s,
+                error_cls=self.error_cls,
+                validate=_choices,
             )
             if reply.status != 429:
                 break
             if attempt == self.retries:
-                raise self.error_cls(f"{url}: rate limited (HTTP 429) on every attempt: {reply.body[:200].decode('utf-8', 'replace')}")
+                raise self.error_cls(
+                    f"{url}: rate limited (HTTP 429) on every attempt: {reply.body[:200].decode('utf-8', 'replace')}"
+                )
             await asyncio.sleep(self.backoff_s * 2**attempt)
         if reply.status >= 400:
             raise _rejection(reply.status, reply.body, url)

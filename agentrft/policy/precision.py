@@ -61,13 +61,22 @@ def choose_dtype(
         native = [f for f in BF16_FLAGS if f in flags]
         if native:
             return DtypeChoice("bf16", f"auto: the CPU {cpu}has {' and '.join(native)}")
-        return DtypeChoice("fp32", f"auto: the CPU {cpu}has no avx512_bf16 or amx_bf16, so bf16 would be emulated (far slower)")
+        return DtypeChoice(
+            "fp32",
+            f"auto: the CPU {cpu}has no avx512_bf16 or amx_bf16, so bf16 would be emulated (far slower)",
+        )
     if bf16_speedup is None:
         return DtypeChoice("fp32", f"auto: the CPU {cpu}does not say whether it has bf16 units")
     ratio = bf16_speedup()
     if ratio >= MIN_BF16_SPEEDUP:
-        return DtypeChoice("bf16", f"auto: a bf16 matmul ran {ratio:.2f}x as fast as fp32 on the CPU {cpu}".rstrip())
-    return DtypeChoice("fp32", f"auto: a bf16 matmul ran at {ratio:.2f}x the speed of fp32 on the CPU {cpu}".rstrip())
+        return DtypeChoice(
+            "bf16",
+            f"auto: a bf16 matmul ran {ratio:.2f}x as fast as fp32 on the CPU {cpu}".rstrip(),
+        )
+    return DtypeChoice(
+        "fp32",
+        f"auto: a bf16 matmul ran at {ratio:.2f}x the speed of fp32 on the CPU {cpu}".rstrip(),
+    )
 
 
 def read_cpuinfo(path: Path = Path("/proc/cpuinfo")) -> tuple[str, frozenset[str] | None]:
@@ -115,4 +124,6 @@ def resolve_dtype(requested: str, device_type: str) -> DtypeChoice:
 
         return choose_dtype(requested, device_type, cuda_bf16=torch.cuda.is_bf16_supported())
     name, flags = read_cpuinfo()
-    return choose_dtype(requested, device_type, cpu_flags=flags, cpu_name=name, bf16_speedup=measured_bf16_speedup)
+    return choose_dtype(
+        requested, device_type, cpu_flags=flags, cpu_name=name, bf16_speedup=measured_bf16_speedup
+    )

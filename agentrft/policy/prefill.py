@@ -45,7 +45,9 @@ class GrowingLayer(DynamicLayer):
         self._values: torch.Tensor | None = None
         self._n = 0
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n = self._n + key_states.shape[-2]
@@ -102,7 +104,9 @@ class Prefilled:
     tokens: int  # prompt tokens that ran through the model (padding not counted)
 
 
-def prefill_prompts(forward: Forward, prompts: Sequence[Sequence[int]], pad_id: int, dev: torch.device, reserve: int) -> Prefilled:
+def prefill_prompts(
+    forward: Forward, prompts: Sequence[Sequence[int]], pad_id: int, dev: torch.device, reserve: int
+) -> Prefilled:
     """Prefill each distinct prompt once (left-padded), then give every row its copy. The
     cache has room for `reserve` more tokens (the longest reply)."""
     distinct: dict[tuple[int, ...], int] = {}
@@ -111,8 +115,8 @@ def prefill_prompts(forward: Forward, prompts: Sequence[Sequence[int]], pad_id: 
     ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(distinct), width), dtype=torch.long)
     for i, p in enumerate(distinct):
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     ids, mask = ids.to(dev), mask.to(dev)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = new_cache(reserve)
@@ -120,10 +124,23 @@ def prefill_prompts(forward: Forward, prompts: Sequence[Sequence[int]], pad_id: 
     logits = forward(ids, mask, positions, cache)
     if len(distinct) < len(prompts):
         cache.reorder_cache(expand)  # type: ignore[arg-type]  # any long tensor does
-    return Prefilled(logits[expand].float(), cache, mask[expand], positions[expand, -1:], sum(len(p) for p in distinct))
+    return Prefilled(
+        logits[expand].float(),
+        cache,
+        mask[expand],
+        positions[expand, -1:],
+        sum(len(p) for p in distinct),
+    )
 
 
-def prefill_suffixes(forward: Forward, kept: Sequence[CachedPrefix], prompts: Sequence[Sequence[int]], pad_id: int, dev: torch.device, reserve: int) -> Prefilled:
+def prefill_suffixes(
+    forward: Forward,
+    kept: Sequence[CachedPrefix],
+    prompts: Sequence[Sequence[int]],
+    pad_id: int,
+    dev: torch.device,
+    reserve: int,
+) -> Prefilled:
     """Extend each row's kept prefix by the rest of its prompt (which must start with it)."""
     R = len(kept)
     past = [len(k.tokens) for k in kept]
@@ -132,9 +149,9 @@ def prefill_suffixes(forward: Forward, kept: Sequence[CachedPrefix], prompts: Se
     ids = torch.full((R, ws), pad_id, dtype=torch.long)
     mask = torch.zeros((R, wp + ws), dtype=torch.long)
     for r, (n, s) in enumerate(zip(past, suffixes, strict=True)):
-        ids[r, ws - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[r, wp - n:wp] = 1
-        mask[r, wp + ws - len(s):] = 1
+        ids[r, ws - len(s) :] = torch.tensor(s, dtype=torch.long)
+        mask[r, wp - n : wp] = 1
+        mask[r, wp + ws - len(s) :] = 1
     ids, mask = ids.to(dev), mask.to(dev)
     layers = []
     for depth in range(len(kept[0].layers)):
@@ -143,8 +160,8 @@ def prefill_suffixes(forward: Forward, kept: Sequence[CachedPrefix], prompts: Se
         values = v0.new_zeros((R, v0.shape[0], wp, v0.shape[-1]))
         for r, (entry, n) in enumerate(zip(kept, past, strict=True)):
             k, v = entry.layers[depth]
-            keys[r, :, wp - n:] = k
-            values[r, :, wp - n:] = v
+            keys[r, :, wp - n :] = k
+            values[r, :, wp - n :] = v
         layers.append((keys, values))
     cache = new_cache(ws + reserve, layers)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -180,7 +197,9 @@ def stack(parts: Sequence[Prefilled], reserve: int) -> Prefilled:
     )
 
 
-def row_prefix(cache: Any, mask: torch.Tensor, row: int, tokens: Sequence[int]) -> CachedPrefix | None:
+def row_prefix(
+    cache: Any, mask: torch.Tensor, row: int, tokens: Sequence[int]
+) -> CachedPrefix | None:
     """Row `row`'s keys and values without its padding, as an entry to keep for its next
     turn: `tokens` are the tokens they hold. None for caches other than plain dynamic
     layers (sliding windows, linear attention), whose state is not just keys and values."""

@@ -31,7 +31,11 @@ def tool_schema(spec: Any) -> dict[str, Any]:
     """OpenAI function-tool shape, as chat templates and OpenAI-compatible servers expect."""
     return {
         "type": "function",
-        "function": {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        },
     }
 
 
@@ -41,7 +45,9 @@ class FunctionSpec:
 
     name: str
     description: str = ""
-    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
 
 
 def specs_from_openai(tools: Sequence[Any]) -> list[FunctionSpec]:
@@ -50,8 +56,14 @@ def specs_from_openai(tools: Sequence[Any]) -> list[FunctionSpec]:
     specs: list[FunctionSpec] = []
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, Mapping) else None
-        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function" or not isinstance(fn, Mapping):
-            raise ValueError(f'tools[{i}] must look like {{"type": "function", "function": {{"name": ..., "parameters": {{...}}}}}}')
+        if (
+            not isinstance(tool, Mapping)
+            or tool.get("type", "function") != "function"
+            or not isinstance(fn, Mapping)
+        ):
+            raise ValueError(
+                f'tools[{i}] must look like {{"type": "function", "function": {{"name": ..., "parameters": {{...}}}}}}'
+            )
         name, params = fn.get("name"), fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(name, str) or not name:
             raise ValueError(f"tools[{i}].function.name must be a non-empty string")
@@ -60,7 +72,9 @@ def specs_from_openai(tools: Sequence[Any]) -> list[FunctionSpec]:
         try:
             jsonschema.Draft202012Validator.check_schema(dict(params))
         except jsonschema.SchemaError as exc:
-            raise ValueError(f"tools[{i}].function.parameters is not a valid JSON schema: {exc.message}") from None
+            raise ValueError(
+                f"tools[{i}].function.parameters is not a valid JSON schema: {exc.message}"
+            ) from None
         specs.append(FunctionSpec(name, str(fn.get("description") or ""), dict(params)))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -71,7 +85,9 @@ def specs_from_openai(tools: Sequence[Any]) -> list[FunctionSpec]:
 def render_call(name: str, arguments: Any) -> str:
     """One call in agentrft's written format; `arguments` is a dict or its JSON string."""
     if isinstance(arguments, str):
-        with contextlib.suppress(json.JSONDecodeError):  # else keep the string: it is what was written
+        with contextlib.suppress(
+            json.JSONDecodeError
+        ):  # else keep the string: it is what was written
             arguments = json.loads(arguments) if arguments.strip() else {}
     return f"{OPEN}{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}{CLOSE}"
 
@@ -80,7 +96,9 @@ def inline_tool_calls(content: str | None, tool_calls: Sequence[Mapping[str, Any
     """An assistant message's text as the model wrote it: OpenAI `tool_calls` written back
     as `<tool_call>` blocks after the content, so the history the model reads again looks
     like what it produced."""
-    blocks = "".join(render_call(c["function"]["name"], c["function"].get("arguments", "{}")) for c in tool_calls)
+    blocks = "".join(
+        render_call(c["function"]["name"], c["function"].get("arguments", "{}")) for c in tool_calls
+    )
     return (content or "") + blocks
 
 
@@ -101,7 +119,11 @@ def tools_system_prompt(specs: Sequence[Any]) -> str:
         "Available tools:",
     ]
     for spec in specs:
-        lines.append(json.dumps({"name": spec.name, "description": spec.description, "parameters": spec.parameters}))
+        lines.append(
+            json.dumps(
+                {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+            )
+        )
     return "\n".join(lines)
 
 
@@ -134,9 +156,15 @@ def parse_call(raw: str, schemas: Mapping[str, Mapping[str, Any]]) -> ToolCall:
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as exc:
-        return _invalid("", body, f"the tool call is not valid JSON ({exc.msg} at column {exc.colno}). Write it as {CALL_SYNTAX}")
+        return _invalid(
+            "",
+            body,
+            f"the tool call is not valid JSON ({exc.msg} at column {exc.colno}). Write it as {CALL_SYNTAX}",
+        )
     except RecursionError:
-        return _invalid("", body[:200], f"the tool call is nested too deeply to read. Write it as {CALL_SYNTAX}")
+        return _invalid(
+            "", body[:200], f"the tool call is nested too deeply to read. Write it as {CALL_SYNTAX}"
+        )
     return _call_from_object(obj, body, schemas)
 
 
@@ -159,7 +187,11 @@ def _call_from_object(obj: Any, body: str, schemas: Mapping[str, Mapping[str, An
         return _invalid(name, body, f'"arguments" of {name!r} must be a JSON object')
     extra = set(obj) - {"name", "arguments"}
     if extra:
-        return _invalid(name, body, f"unexpected key(s) {sorted(extra)} in the tool call. Write it as {CALL_SYNTAX}")
+        return _invalid(
+            name,
+            body,
+            f"unexpected key(s) {sorted(extra)} in the tool call. Write it as {CALL_SYNTAX}",
+        )
     try:
         jsonschema.validate(args, dict(schemas[name]))
     except jsonschema.ValidationError as exc:
@@ -172,7 +204,9 @@ def _call_from_object(obj: Any, body: str, schemas: Mapping[str, Mapping[str, An
 _CLOSE_AFTER = re.compile(r"\s*" + re.escape(CLOSE))
 
 
-def _read_block(text: str, start: int, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[ToolCall, int]:
+def _read_block(
+    text: str, start: int, schemas: Mapping[str, Mapping[str, Any]]
+) -> tuple[ToolCall, int]:
     """Read the call whose body starts at `start` (just after `<tool_call>`); return it and
     the index after the block. The JSON is decoded first, so a `</tool_call>` inside a string
     argument does not cut the call short; only if it does not decode is the body taken up to
@@ -197,7 +231,11 @@ def _read_block(text: str, start: int, schemas: Mapping[str, Mapping[str, Any]])
         close = text.find(CLOSE, end)
         if close >= 0 and OPEN not in text[end:close]:
             junk = text[end:close].strip()
-            return _invalid("", text[k:close].strip(), f"unexpected text {junk[:40]!r} after the JSON of the tool call. Write it as {CALL_SYNTAX}"), close + len(CLOSE)
+            return _invalid(
+                "",
+                text[k:close].strip(),
+                f"unexpected text {junk[:40]!r} after the JSON of the tool call. Write it as {CALL_SYNTAX}",
+            ), close + len(CLOSE)
         return _call_from_object(obj, body, schemas), end  # unterminated: still read it
     return _call_from_object(obj, body, schemas), m.end()
 
@@ -216,6 +254,12 @@ def parse_reply(text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParsedRe
     plain.append(text[pos:])
     rest = "".join(plain)
     if CLOSE in rest:
-        calls.append(_invalid("", rest.strip()[:200], f"found {CLOSE} without a matching {OPEN}. Write it as {CALL_SYNTAX}"))
+        calls.append(
+            _invalid(
+                "",
+                rest.strip()[:200],
+                f"found {CLOSE} without a matching {OPEN}. Write it as {CALL_SYNTAX}",
+            )
+        )
         rest = rest.replace(CLOSE, "")
     return ParsedReply(tuple(calls), rest.strip())

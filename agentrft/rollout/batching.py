@@ -27,7 +27,14 @@ from agentrft.policy import Completion, Policy, SamplingParams
 from agentrft.policy.kv_cache import PrefixCache
 
 # tokens, max_new, seed, params (None: the sampler's own), KV cache key, the caller's future
-_Request = tuple[Sequence[int], int, int | None, SamplingParams | None, Hashable | None, "asyncio.Future[Completion]"]
+_Request = tuple[
+    Sequence[int],
+    int,
+    int | None,
+    SamplingParams | None,
+    Hashable | None,
+    "asyncio.Future[Completion]",
+]
 DEFAULT_KV_CACHE_MB = 1024
 
 
@@ -41,19 +48,35 @@ class SamplerStats:
 
 
 class BatchedSampler:
-    def __init__(self, policy: Policy, params: SamplingParams, max_batch: int = 32, gather_s: float = 0.002, kv_cache_mb: int = DEFAULT_KV_CACHE_MB) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        params: SamplingParams,
+        max_batch: int = 32,
+        gather_s: float = 0.002,
+        kv_cache_mb: int = DEFAULT_KV_CACHE_MB,
+    ) -> None:
         self.policy = policy
         self.params = params
         self.max_batch = max_batch
         self.gather_s = gather_s
         self.stats = SamplerStats()
         # only policies that declare it take a cache (HFPolicy); with 0 MiB it just counts prefill tokens
-        self.kv_cache = PrefixCache(kv_cache_mb << 20) if getattr(policy, "keeps_kv_cache", False) else None
+        self.kv_cache = (
+            PrefixCache(kv_cache_mb << 20) if getattr(policy, "keeps_kv_cache", False) else None
+        )
         self._queue: list[_Request] = []
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
 
-    async def sample(self, tokens: Sequence[int], max_new: int, seed: int | None = None, params: SamplingParams | None = None, key: Hashable | None = None) -> Completion:
+    async def sample(
+        self,
+        tokens: Sequence[int],
+        max_new: int,
+        seed: int | None = None,
+        params: SamplingParams | None = None,
+        key: Hashable | None = None,
+    ) -> Completion:
         """Queue one prompt; `seed` fixes this request's random stream (see Policy.sample);
         `params` replaces the sampler's own for this request; `key` (a rollout's trace id)
         keeps its KV cache for its next turn, until `release(key)`."""
@@ -76,15 +99,27 @@ class BatchedSampler:
             while self._queue:
                 batch = self._take_batch()
                 seeded = [b[2] for b in batch if b[2] is not None]
-                row_seeds = seeded if len(seeded) == len(batch) else None  # unseeded: the policy seeds the batch
+                row_seeds = (
+                    seeded if len(seeded) == len(batch) else None
+                )  # unseeded: the policy seeds the batch
                 params = batch[0][3] or self.params
                 t0 = time.perf_counter()
                 prompts, limits = [b[0] for b in batch], [b[1] for b in batch]
                 try:
                     if self.kv_cache is not None:
-                        out = await asyncio.to_thread(self.policy.sample, prompts, params, limits, row_seeds, cache=self.kv_cache, cache_keys=[b[4] for b in batch])  # type: ignore[call-arg]  # keeps_kv_cache says it takes them
+                        out = await asyncio.to_thread(
+                            self.policy.sample,
+                            prompts,
+                            params,
+                            limits,
+                            row_seeds,
+                            cache=self.kv_cache,
+                            cache_keys=[b[4] for b in batch],
+                        )  # type: ignore[call-arg]  # keeps_kv_cache says it takes them
                     else:
-                        out = await asyncio.to_thread(self.policy.sample, prompts, params, limits, row_seeds)
+                        out = await asyncio.to_thread(
+                            self.policy.sample, prompts, params, limits, row_seeds
+                        )
                 except asyncio.CancelledError:
                     for *_, fut in batch:
                         fut.cancel()
@@ -114,10 +149,15 @@ class BatchedSampler:
 
     def metrics(self) -> dict[str, float]:
         """The `sampler/*` entries of a training step's metrics."""
-        out = {"sampler/batches": float(self.stats.batches), "sampler/mean_batch": self.stats.rows / max(1, self.stats.batches)}
+        out = {
+            "sampler/batches": float(self.stats.batches),
+            "sampler/mean_batch": self.stats.rows / max(1, self.stats.batches),
+        }
         if self.kv_cache is not None:
             out["sampler/prefill_tokens"] = float(self.kv_cache.stats.prefill_tokens)
-            out["sampler/reused_tokens"] = float(self.kv_cache.stats.reused_tokens)  # kept from earlier turns
+            out["sampler/reused_tokens"] = float(
+                self.kv_cache.stats.reused_tokens
+            )  # kept from earlier turns
         return out
 
     def release(self, key: Hashable) -> None:

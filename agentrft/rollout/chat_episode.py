@@ -64,7 +64,7 @@ class ChatRolloutSettings:
         if self.prefill is not None and self.prefill.strip() != OPEN:
             raise ConfigError(
                 f"prefill {self.prefill!r} cannot be sent to a chat endpoint; only {OPEN!r} can "
-                "(as tool_choice=\"required\"). Evaluate with the local model, or drop the prefill."
+                '(as tool_choice="required"). Evaluate with the local model, or drop the prefill.'
             )
         if self.prefill is not None and not self.tools:
             raise ConfigError(f"prefill {OPEN!r} needs at least one tool")
@@ -78,7 +78,9 @@ class ChatRolloutSettings:
         return {name: tool.spec.parameters for name, tool in self.tools.items()}
 
 
-def openai_history(messages: Sequence[Mapping[str, Any]], schemas: Mapping[str, Any]) -> list[dict[str, Any]]:
+def openai_history(
+    messages: Sequence[Mapping[str, Any]], schemas: Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """Messages written in agentrft's format (assistant `<tool_call>` blocks, tool messages
     without ids, as few-shot examples are) in OpenAI's: each block becomes a `tool_calls`
     entry and the tool messages after it get its ids, in order."""
@@ -86,12 +88,23 @@ def openai_history(messages: Sequence[Mapping[str, Any]], schemas: Mapping[str, 
     pending: list[str] = []
     for m in messages:
         msg = dict(m)
-        if msg["role"] == "assistant" and not msg.get("tool_calls") and OPEN in (msg.get("content") or ""):
+        if (
+            msg["role"] == "assistant"
+            and not msg.get("tool_calls")
+            and OPEN in (msg.get("content") or "")
+        ):
             parsed = parse_reply(msg["content"], {name: {} for name in schemas})
             calls = [c for c in parsed.calls if c.error is None]
             if calls:
                 msg["content"] = parsed.text or None
-                msg["tool_calls"] = [{"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+                msg["tool_calls"] = [
+                    {
+                        "id": c.call_id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for c in calls
+                ]
                 pending = [c.call_id for c in calls]
         elif msg["role"] == "tool" and not msg.get("tool_call_id") and pending:
             msg["tool_call_id"] = pending.pop(0)
@@ -102,7 +115,9 @@ def openai_history(messages: Sequence[Mapping[str, Any]], schemas: Mapping[str, 
 def call_from_openai(tool_call: Mapping[str, Any], schemas: Mapping[str, Any]) -> ToolCall:
     """A reply's `tool_calls` entry, validated like a parsed call; keeps the endpoint's id."""
     fn = tool_call.get("function") or {}
-    parsed = parse_call(json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments", "{}")}), schemas)
+    parsed = parse_call(
+        json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments", "{}")}), schemas
+    )
     return dataclasses.replace(parsed, call_id=str(tool_call.get("id") or parsed.call_id))
 
 
@@ -110,18 +125,36 @@ def _wire(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{k: m[k] for k in _WIRE_KEYS if k in m} for m in messages]
 
 
-def _reply(choice: ChatChoice, schemas: Mapping[str, Any]) -> tuple[str, tuple[ToolCall, ...], Callable[[tuple[ToolCall, ...]], dict[str, Any]]]:
+def _reply(
+    choice: ChatChoice, schemas: Mapping[str, Any]
+) -> tuple[str, tuple[ToolCall, ...], Callable[[tuple[ToolCall, ...]], dict[str, Any]]]:
     """(text, calls, assistant-message builder) for one choice."""
     text = choice.content or ""
     if choice.tool_calls:
-        return text, tuple(call_from_openai(c, schemas) for c in choice.tool_calls), lambda _calls: choice.message
-    return text, parse_reply(text, schemas).calls, lambda _calls: {"role": "assistant", "content": text}
+        return (
+            text,
+            tuple(call_from_openai(c, schemas) for c in choice.tool_calls),
+            lambda _calls: choice.message,
+        )
+    return (
+        text,
+        parse_reply(text, schemas).calls,
+        lambda _calls: {"role": "assistant", "content": text},
+    )
 
 
-async def run_chat_episode(item: Item, settings: ChatRolloutSettings, chat: OpenAIChat, client: httpx.AsyncClient, trace_id: str | None = None) -> Trajectory:
+async def run_chat_episode(
+    item: Item,
+    settings: ChatRolloutSettings,
+    chat: OpenAIChat,
+    client: httpx.AsyncClient,
+    trace_id: str | None = None,
+) -> Trajectory:
     schemas = settings.schemas
     specs = [tool.spec for tool in settings.tools.values()] or None
-    messages = openai_history(prompt_messages(item, settings.system_prompt, settings.few_shot_messages), schemas)
+    messages = openai_history(
+        prompt_messages(item, settings.system_prompt, settings.few_shot_messages), schemas
+    )
     log = EpisodeLog(item, messages, trace_id=trace_id or new_trace_id())
     sampled_total = 0
     stop: StopReason | None
@@ -134,8 +167,13 @@ async def run_chat_episode(item: Item, settings: ChatRolloutSettings, chat: Open
         t0 = time.perf_counter()
         try:
             (choice,) = await chat.chat(
-                _wire(log.messages), specs, 1, client=client, max_tokens=min(settings.max_tokens_per_turn, budget),
-                tool_choice="required" if prefilled else None, **settings.sampling,
+                _wire(log.messages),
+                specs,
+                1,
+                client=client,
+                max_tokens=min(settings.max_tokens_per_turn, budget),
+                tool_choice="required" if prefilled else None,
+                **settings.sampling,
             )
         except ChatRequestRejected as exc:
             if exc.code != "context_length_exceeded":
@@ -147,8 +185,16 @@ async def run_chat_episode(item: Item, settings: ChatRolloutSettings, chat: Open
         sampled_total += n_tokens
         text, calls, assistant = _reply(choice, schemas)
         stop, _ = await finish_turn(
-            log, text, calls, ended=choice.finish_reason != "length", sampled_tokens=n_tokens, sample_s=sample_s,
-            assistant=assistant, rules=settings.rules, tools=settings.tools, client=client,
+            log,
+            text,
+            calls,
+            ended=choice.finish_reason != "length",
+            sampled_tokens=n_tokens,
+            sample_s=sample_s,
+            assistant=assistant,
+            rules=settings.rules,
+            tools=settings.tools,
+            client=client,
         )
         if stop is not None:
             break
@@ -156,8 +202,12 @@ async def run_chat_episode(item: Item, settings: ChatRolloutSettings, chat: Open
 
 
 async def run_chat_groups_async(
-    items: Sequence[Item], group_size: int, settings: ChatRolloutSettings, chat: OpenAIChat,
-    concurrency: int = 8, on_done: Callable[[Trajectory], Any] | None = None,
+    items: Sequence[Item],
+    group_size: int,
+    settings: ChatRolloutSettings,
+    chat: OpenAIChat,
+    concurrency: int = 8,
+    on_done: Callable[[Trajectory], Any] | None = None,
 ) -> list[Group]:
     """G rollouts per row against the endpoint, at most `concurrency` in flight."""
     gate = asyncio.Semaphore(concurrency)
@@ -171,5 +221,7 @@ async def run_chat_groups_async(
             return traj
 
         trajs = await asyncio.gather(*(one(item) for item in items for _ in range(group_size)))
-    return [Group(item, tuple(trajs[i * group_size:(i + 1) * group_size])) for i, item in enumerate(items)]
-
+    return [
+        Group(item, tuple(trajs[i * group_size : (i + 1) * group_size]))
+        for i, item in enumerate(items)
+    ]

@@ -64,7 +64,12 @@ class Context:
         return len(self.tokens)
 
 
-def prompt_messages(item: Item, system_prompt: str | None, few_shot: Sequence[Mapping[str, Any]], tool_block: str | None = None) -> list[dict[str, Any]]:
+def prompt_messages(
+    item: Item,
+    system_prompt: str | None,
+    few_shot: Sequence[Mapping[str, Any]],
+    tool_block: str | None = None,
+) -> list[dict[str, Any]]:
     """The conversation a rollout starts from: one system message (the job's text, the
     row's own system message, the tool block), then the few-shot turns, then the row."""
     rows = [dict(m) for m in item.messages]
@@ -92,9 +97,13 @@ class ChatRenderer:
         self.tool_specs = list(tool_specs)
         self.system_prompt = system_prompt
         self.few_shot = [dict(m) for m in few_shot_messages]
-        self.native_tools = template_supports_tools(tokenizer) if native_tools is None else native_tools
+        self.native_tools = (
+            template_supports_tools(tokenizer) if native_tools is None else native_tools
+        )
         if not getattr(tokenizer, "chat_template", None):
-            raise ConfigError("the model's tokenizer has no chat template; agentrft needs one to render conversations")
+            raise ConfigError(
+                "the model's tokenizer has no chat template; agentrft needs one to render conversations"
+            )
 
     # -- rendering -----------------------------------------------------------------------
     def _render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
@@ -102,7 +111,11 @@ class ChatRenderer:
         if self.native_tools and self.tool_specs:
             kwargs["tools"] = [tool_schema(s) for s in self.tool_specs]
         shaped = [self._template_message(m) for m in messages]
-        return str(self.tokenizer.apply_chat_template(shaped, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs))
+        return str(
+            self.tokenizer.apply_chat_template(
+                shaped, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+            )
+        )
 
     def _template_message(self, m: Mapping[str, Any]) -> dict[str, Any]:
         """A message as the chat template gets it. OpenAI-style `tool_calls` written by the
@@ -114,9 +127,29 @@ class ChatRenderer:
         out: dict[str, Any] = {"role": m["role"], "content": content}
         if calls and OPEN not in content:
             if self.native_tools:
-                out["tool_calls"] = [{"type": "function", "id": c.get("id"), "function": {"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))}} for c in calls]
+                out["tool_calls"] = [
+                    {
+                        "type": "function",
+                        "id": c.get("id"),
+                        "function": {
+                            "name": c["function"]["name"],
+                            "arguments": _arguments(c["function"].get("arguments")),
+                        },
+                    }
+                    for c in calls
+                ]
             else:
-                blocks = "".join(OPEN + json.dumps({"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))}) + CLOSE for c in calls)
+                blocks = "".join(
+                    OPEN
+                    + json.dumps(
+                        {
+                            "name": c["function"]["name"],
+                            "arguments": _arguments(c["function"].get("arguments")),
+                        }
+                    )
+                    + CLOSE
+                    for c in calls
+                )
                 out["content"] = content + blocks
         if m["role"] == "tool" and self.native_tools:
             out.update({k: m[k] for k in ("tool_call_id", "name") if k in m})
@@ -128,7 +161,11 @@ class ChatRenderer:
 
     def prompt_messages(self, item: Item) -> list[dict[str, Any]]:
         """System prompt (job text + the row's own + tool block), few-shot turns, the row."""
-        tool_block = tools_system_prompt(self.tool_specs) if self.tool_specs and not self.native_tools else None
+        tool_block = (
+            tools_system_prompt(self.tool_specs)
+            if self.tool_specs and not self.native_tools
+            else None
+        )
         return prompt_messages(item, self.system_prompt, self.few_shot, tool_block)
 
     def initial(self, item: Item) -> tuple[list[dict[str, Any]], Context]:
@@ -141,19 +178,29 @@ class ChatRenderer:
     def prefill_tokens(self, prefill: str) -> list[int]:
         return self._encode(prefill)[0]
 
-    def continuation(self, messages: Sequence[Mapping[str, Any]], new_messages: Sequence[Mapping[str, Any]], sampled_stop_text: str) -> tuple[list[int], list[int]]:
+    def continuation(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        new_messages: Sequence[Mapping[str, Any]],
+        sampled_stop_text: str,
+    ) -> tuple[list[int], list[int]]:
         """Tokens to append after the last assistant reply in `messages` (which must be the
         last message), given the tool messages that follow it and the text of the stop token
         the model already sampled ("" if none). Returns (tokens, origins)."""
         before = self._render(messages, add_generation_prompt=False)
         after = self._render([*messages, *new_messages], add_generation_prompt=True)
         if not after.startswith(before):
-            raise ConfigError("the chat template is not prefix-stable (adding messages rewrites earlier ones); token-in/token-out rollouts need a template that only appends")
-        closing = self._render([*messages[:-1], {"role": "assistant", "content": _SENTINEL}], add_generation_prompt=False)
-        closing = closing[closing.rfind(_SENTINEL) + len(_SENTINEL):]
+            raise ConfigError(
+                "the chat template is not prefix-stable (adding messages rewrites earlier ones); token-in/token-out rollouts need a template that only appends"
+            )
+        closing = self._render(
+            [*messages[:-1], {"role": "assistant", "content": _SENTINEL}],
+            add_generation_prompt=False,
+        )
+        closing = closing[closing.rfind(_SENTINEL) + len(_SENTINEL) :]
         if sampled_stop_text and closing.startswith(sampled_stop_text):
-            closing = closing[len(sampled_stop_text):]
-        delta = after[len(before):]
+            closing = closing[len(sampled_stop_text) :]
+        delta = after[len(before) :]
         text = closing + delta
         # character spans that hold tool output, to label those tokens TOOL_OUTPUT
         spans, cursor = [], len(closing)
@@ -166,5 +213,8 @@ class ChatRenderer:
                 spans.append((at, at + len(content)))
                 cursor = at + len(content)
         ids, offsets = self._encode(text)
-        origins = [Origin.TOOL_OUTPUT if any(a <= s < b for a, b in spans) else Origin.TEMPLATE for s, _ in offsets]
+        origins = [
+            Origin.TOOL_OUTPUT if any(a <= s < b for a, b in spans) else Origin.TEMPLATE
+            for s, _ in offsets
+        ]
         return ids, [int(o) for o in origins]

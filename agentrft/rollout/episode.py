@@ -64,7 +64,14 @@ class RolloutSettings:
         return StopRules(self.max_episode_steps, self.max_tool_calls)
 
 
-async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, trace_id: str | None = None, seed: int | None = None) -> Trajectory:
+async def run_episode(
+    item: Item,
+    settings: RolloutSettings,
+    sampler: BatchedSampler,
+    client: httpx.AsyncClient,
+    trace_id: str | None = None,
+    seed: int | None = None,
+) -> Trajectory:
     """Run one rollout to its end. `seed` makes its samples reproducible whatever else is
     batched with them (each reply draws from `seed + turn`). Its KV cache is kept between
     its turns under its trace id, and released when it ends."""
@@ -77,7 +84,15 @@ async def run_episode(item: Item, settings: RolloutSettings, sampler: BatchedSam
         sampler.release(log.trace_id)
 
 
-async def _turns(log: EpisodeLog, ctx: Context, item: Item, settings: RolloutSettings, sampler: BatchedSampler, client: httpx.AsyncClient, seed: int | None) -> Trajectory:
+async def _turns(
+    log: EpisodeLog,
+    ctx: Context,
+    item: Item,
+    settings: RolloutSettings,
+    sampler: BatchedSampler,
+    client: httpx.AsyncClient,
+    seed: int | None,
+) -> Trajectory:
     renderer, tok = settings.renderer, settings.renderer.tokenizer
     sampled_total = 0
     stop: StopReason | None
@@ -97,22 +112,44 @@ async def _turns(log: EpisodeLog, ctx: Context, item: Item, settings: RolloutSet
             break
         max_new = min(settings.max_tokens_per_turn, room, budget)
         t0 = time.perf_counter()
-        completion = await sampler.sample(list(ctx.tokens), max_new, None if seed is None else seed + 7919 * len(log.turns), key=log.trace_id)
+        completion = await sampler.sample(
+            list(ctx.tokens),
+            max_new,
+            None if seed is None else seed + 7919 * len(log.turns),
+            key=log.trace_id,
+        )
         sample_s = time.perf_counter() - t0
         ctx.sampled(completion.tokens, completion.logprobs)
         sampled_total += len(completion.tokens)
-        text = (prefill or "") + tok.decode(list(completion.reply_tokens), skip_special_tokens=False)
+        text = (prefill or "") + tok.decode(
+            list(completion.reply_tokens), skip_special_tokens=False
+        )
         stop, answers = await finish_turn(
-            log, text, parse_reply(text, settings.schemas).calls,
-            ended=completion.finish_reason == "stop", sampled_tokens=len(completion.tokens), sample_s=sample_s,
-            assistant=functools.partial(assistant_message, text), rules=settings.rules, tools=settings.tools, client=client,
-            cut_off=StopReason.CONTEXT_OVERFLOW if len(ctx) >= settings.context_window else StopReason.MAX_TOKENS,
+            log,
+            text,
+            parse_reply(text, settings.schemas).calls,
+            ended=completion.finish_reason == "stop",
+            sampled_tokens=len(completion.tokens),
+            sample_s=sample_s,
+            assistant=functools.partial(assistant_message, text),
+            rules=settings.rules,
+            tools=settings.tools,
+            client=client,
+            cut_off=StopReason.CONTEXT_OVERFLOW
+            if len(ctx) >= settings.context_window
+            else StopReason.MAX_TOKENS,
         )
         if stop is not None:
             break
         # append the template glue and the tool outputs, token-in/token-out
-        stop_text = tok.decode([completion.tokens[-1]], skip_special_tokens=False) if completion.ended_by_stop_token else ""
-        glue, origins = renderer.continuation(log.messages[: len(log.messages) - len(answers)], answers, stop_text)
+        stop_text = (
+            tok.decode([completion.tokens[-1]], skip_special_tokens=False)
+            if completion.ended_by_stop_token
+            else ""
+        )
+        glue, origins = renderer.continuation(
+            log.messages[: len(log.messages) - len(answers)], answers, stop_text
+        )
         ctx.insert(glue, origins)
 
     return log.trajectory(stop, ctx.tokens, ctx.origins, ctx.logprobs)

@@ -37,10 +37,19 @@ async def run_groups_async(
             return traj
 
         try:
-            trajs = await asyncio.gather(*(one(item, i * group_size + j) for i, item in enumerate(items) for j in range(group_size)))
+            trajs = await asyncio.gather(
+                *(
+                    one(item, i * group_size + j)
+                    for i, item in enumerate(items)
+                    for j in range(group_size)
+                )
+            )
         finally:
             await sampler.aclose()
-    return [Group(item, tuple(trajs[i * group_size:(i + 1) * group_size])) for i, item in enumerate(items)]
+    return [
+        Group(item, tuple(trajs[i * group_size : (i + 1) * group_size]))
+        for i, item in enumerate(items)
+    ]
 
 
 def rollout_groups(
@@ -61,6 +70,14 @@ def rollout_groups(
     return groups, stats
 
 
-def run_groups(items: Sequence[Item], group_size: int, settings: RolloutSettings, policy: Policy, params: SamplingParams, on_done: Callable[[Trajectory], Any] | None = None, max_batch: int = 32) -> list[Group]:
+def run_groups(
+    items: Sequence[Item],
+    group_size: int,
+    settings: RolloutSettings,
+    policy: Policy,
+    params: SamplingParams,
+    on_done: Callable[[Trajectory], Any] | None = None,
+    max_batch: int = 32,
+) -> list[Group]:
     sampler = BatchedSampler(policy, params, max_batch=max_batch)
     return asyncio.run(run_groups_async(items, group_size, settings, sampler, on_done))

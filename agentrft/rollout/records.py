@@ -24,7 +24,9 @@ def token_counts(traj: Trajectory) -> dict[str, int]:
     return out
 
 
-def to_record(traj: Trajectory, grade: Grade | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def to_record(
+    traj: Trajectory, grade: Grade | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One trajectory as a JSON-ready dict: what a person reads to see what happened."""
     return {
         "trace_id": traj.trace_id,
@@ -33,7 +35,14 @@ def to_record(traj: Trajectory, grade: Grade | None = None, extra: dict[str, Any
         "stop_reason": traj.stop_reason.value,
         "discarded": traj.discarded,
         "reward": None if grade is None or grade.error else grade.score,
-        "grade": None if grade is None else {"score": None if grade.error else grade.score, "sub_scores": dict(grade.sub_scores), "error": grade.error, "metrics": dict(grade.metrics)},
+        "grade": None
+        if grade is None
+        else {
+            "score": None if grade.error else grade.score,
+            "sub_scores": dict(grade.sub_scores),
+            "error": grade.error,
+            "metrics": dict(grade.metrics),
+        },
         "num_tool_calls": len(traj.tool_calls),
         "num_turns": len(traj.turns),
         "tokens": token_counts(traj),
@@ -45,9 +54,24 @@ def to_record(traj: Trajectory, grade: Grade | None = None, extra: dict[str, Any
                 "sampled_tokens": t.sampled_tokens,
                 "sample_s": round(t.sample_s, 4),
                 "tools_s": round(t.tools_s, 4),
-                "tool_calls": [{"call_id": c.call_id, "name": c.name, "arguments": c.arguments, "error": c.error} for c in t.tool_calls],
+                "tool_calls": [
+                    {
+                        "call_id": c.call_id,
+                        "name": c.name,
+                        "arguments": c.arguments,
+                        "error": c.error,
+                    }
+                    for c in t.tool_calls
+                ],
                 "tool_results": [
-                    {"call_id": r.call_id, "name": r.name, "status": r.status, "latency_s": round(r.latency_s, 4), "attempts": r.attempts, "output": r.output}
+                    {
+                        "call_id": r.call_id,
+                        "name": r.name,
+                        "status": r.status,
+                        "latency_s": round(r.latency_s, 4),
+                        "attempts": r.attempts,
+                        "output": r.output,
+                    }
                     for r in t.tool_results
                 ],
             }
@@ -98,7 +122,12 @@ def distribution(values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "max": 0.0}
     arr = np.asarray(values, dtype=float)
-    return {"mean": float(arr.mean()), "p50": float(np.percentile(arr, 50)), "p95": float(np.percentile(arr, 95)), "max": float(arr.max())}
+    return {
+        "mean": float(arr.mean()),
+        "p50": float(np.percentile(arr, 50)),
+        "p95": float(np.percentile(arr, 95)),
+        "max": float(arr.max()),
+    }
 
 
 def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
@@ -116,10 +145,16 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, Any]:
         "tool_calls_per_tool": dict(per_tool),
         "invalid_tool_calls": sum(1 for t in kept for c in t.tool_calls if c.error),
         "tool_errors": sum(1 for r in results if r.status != "ok"),
-        "tool_latency_s": distribution([r.latency_s for r in results if r.status != "invalid_call"]),
+        "tool_latency_s": distribution(
+            [r.latency_s for r in results if r.status != "invalid_call"]
+        ),
         "turns": distribution([len(t.turns) for t in kept]),
         "sampled_tokens": distribution([t.sampled_tokens for t in kept]),
-        "tokens_per_tool_call": float(np.mean([t.sampled_tokens / len(t.tool_calls) for t in kept if t.tool_calls])) if any(t.tool_calls for t in kept) else 0.0,
+        "tokens_per_tool_call": float(
+            np.mean([t.sampled_tokens / len(t.tool_calls) for t in kept if t.tool_calls])
+        )
+        if any(t.tool_calls for t in kept)
+        else 0.0,
         "tool_request_bytes": int(sum(r.request_bytes for r in results)),
         "latency_s": distribution([t.timings.get("total_s", 0.0) for t in kept]),
     }

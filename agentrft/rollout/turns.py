@@ -31,15 +31,31 @@ def assistant_message(text: str, calls: Sequence[ToolCall]) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": text}
     valid = [c for c in calls if c.error is None]
     if valid:
-        msg["tool_calls"] = [{"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in valid]
+        msg["tool_calls"] = [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for c in valid
+        ]
     return msg
 
 
 def tool_messages(results: Sequence[ToolResult]) -> list[dict[str, Any]]:
-    return [{"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.output} for r in results]
+    return [
+        {"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.output}
+        for r in results
+    ]
 
 
-async def run_call(call: ToolCall, tools: Mapping[str, Tool], trace_id: str, item: Mapping[str, Any], client: httpx.AsyncClient) -> ToolResult:
+async def run_call(
+    call: ToolCall,
+    tools: Mapping[str, Tool],
+    trace_id: str,
+    item: Mapping[str, Any],
+    client: httpx.AsyncClient,
+) -> ToolResult:
     """Execute one call; a call that did not parse is answered with its error instead."""
     if call.error is not None:
         return ToolResult(call.call_id, call.name, f"Error: {call.error}", "invalid_call")
@@ -69,12 +85,25 @@ class EpisodeLog:
         self.turns.append(turn)
         self.messages.append(assistant)
 
-    def trajectory(self, stop: StopReason, tokens: Sequence[int] = (), origins: Sequence[int] = (), logprobs: Sequence[float] = ()) -> Trajectory:
+    def trajectory(
+        self,
+        stop: StopReason,
+        tokens: Sequence[int] = (),
+        origins: Sequence[int] = (),
+        logprobs: Sequence[float] = (),
+    ) -> Trajectory:
         self.timings["total_s"] = time.perf_counter() - self.t_start
         return Trajectory(
-            trace_id=self.trace_id, item=self.item, messages=tuple(self.messages), turns=tuple(self.turns),
-            tokens=tuple(tokens), origins=tuple(origins), logprobs=tuple(logprobs),
-            stop_reason=stop, discarded=self.discarded, timings=self.timings,
+            trace_id=self.trace_id,
+            item=self.item,
+            messages=tuple(self.messages),
+            turns=tuple(self.turns),
+            tokens=tuple(tokens),
+            origins=tuple(origins),
+            logprobs=tuple(logprobs),
+            stop_reason=stop,
+            discarded=self.discarded,
+            timings=self.timings,
         )
 
 
@@ -110,16 +139,27 @@ async def finish_turn(
         return StopReason.MAX_TOOL_CALLS, []
     t0 = time.perf_counter()
     try:
-        results = await asyncio.gather(*(run_call(c, tools, log.trace_id, log.item.fields, client) for c in calls))
+        results = await asyncio.gather(
+            *(run_call(c, tools, log.trace_id, log.item.fields, client) for c in calls)
+        )
     except ToolUnavailable as exc:
-        log.record(Turn(index, text, sampled_tokens, calls, (), sample_s, time.perf_counter() - t0), assistant(calls))
+        log.record(
+            Turn(index, text, sampled_tokens, calls, (), sample_s, time.perf_counter() - t0),
+            assistant(calls),
+        )
         log.discarded = str(exc)
         return StopReason.TOOL_ERROR, []
     tools_s = time.perf_counter() - t0
     log.timings["tools_s"] += tools_s
-    log.record(Turn(index, text, sampled_tokens, calls, tuple(results), sample_s, tools_s), assistant(calls))
+    log.record(
+        Turn(index, text, sampled_tokens, calls, tuple(results), sample_s, tools_s),
+        assistant(calls),
+    )
     answers = tool_messages(results)
     log.messages.extend(answers)
     if rules.max_episode_steps is not None and len(log.turns) >= rules.max_episode_steps:
-        return StopReason.MAX_EPISODE_STEPS, answers  # the last calls ran (they may change state a grader checks)
+        return (
+            StopReason.MAX_EPISODE_STEPS,
+            answers,
+        )  # the last calls ran (they may change state a grader checks)
     return None, answers

@@ -61,12 +61,22 @@ class ChatService:
     """Turns chat requests into batched sampling on one policy (anything with the Policy
     protocol: `tokenizer`, `stop_token_ids`, `context_window`, `sample`)."""
 
-    def __init__(self, policy: Any, model_name: str, *, max_batch: int = 32, default_max_tokens: int = 512, gather_s: float = 0.005) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        model_name: str,
+        *,
+        max_batch: int = 32,
+        default_max_tokens: int = 512,
+        gather_s: float = 0.005,
+    ) -> None:
         ChatRenderer(policy.tokenizer)  # refuses a tokenizer without a chat template, at start
         self.policy = policy
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
-        self.sampler = BatchedSampler(policy, SamplingParams(), max_batch=max_batch, gather_s=gather_s)
+        self.sampler = BatchedSampler(
+            policy, SamplingParams(), max_batch=max_batch, gather_s=gather_s
+        )
         self.created = int(time.time())
         self.max_token_chars = _longest_token(policy.tokenizer)
 
@@ -77,7 +87,9 @@ class ChatService:
 
     def reply_text(self, completion: Completion, prefill: str) -> str:
         """The reply as OpenAI returns it: prefill included, stop token and stop string not."""
-        text = self.policy.tokenizer.decode(list(completion.reply_tokens), skip_special_tokens=False)
+        text = self.policy.tokenizer.decode(
+            list(completion.reply_tokens), skip_special_tokens=False
+        )
         if completion.stop_text:
             text = text[: text.find(completion.stop_text)] if completion.stop_text in text else text
         return prefill + text
@@ -86,10 +98,21 @@ class ChatService:
         """The `chat.completion` body for `req` (raises RequestError for a bad request)."""
         p = await asyncio.to_thread(self.prepare, req)  # tokenizing a long prompt takes seconds
         t0 = time.perf_counter()
-        completions = await asyncio.gather(*(self.sampler.sample(p.prompt, p.max_new, seed, p.params) for seed in p.seeds))
-        choices = [choice(i, self.reply_text(c, p.tools.prefill), c, p.tools) for i, c in enumerate(completions)]
+        completions = await asyncio.gather(
+            *(self.sampler.sample(p.prompt, p.max_new, seed, p.params) for seed in p.seeds)
+        )
+        choices = [
+            choice(i, self.reply_text(c, p.tools.prefill), c, p.tools)
+            for i, c in enumerate(completions)
+        ]
         sampled = sum(len(c.tokens) for c in completions)
-        log.info("n=%d prompt=%d sampled=%d in %.2fs", req.n, len(p.prompt), sampled, time.perf_counter() - t0)
+        log.info(
+            "n=%d prompt=%d sampled=%d in %.2fs",
+            req.n,
+            len(p.prompt),
+            sampled,
+            time.perf_counter() - t0,
+        )
         return completion_body(self.model_name, choices, len(p.prompt), sampled)
 
     def prepare(self, req: ChatRequest) -> Prepared:
@@ -105,7 +128,12 @@ class ChatService:
 
     def _prepare(self, req: ChatRequest) -> Prepared:
         if req.model != self.model_name:
-            raise RequestError(f"The model {req.model!r} does not exist here: this server serves {self.model_name!r}", "model", "model_not_found", 404)
+            raise RequestError(
+                f"The model {req.model!r} does not exist here: this server serves {self.model_name!r}",
+                "model",
+                "model_not_found",
+                404,
+            )
         tools = tool_use(req)
         chars = sum(len(m["content"]) for m in template_messages(req.messages))
         if self.max_token_chars and chars > self.policy.context_window * self.max_token_chars:
@@ -114,7 +142,8 @@ class ChatService:
             raise RequestError(
                 f"This model's maximum context length is {self.policy.context_window} tokens. However, the messages "
                 f"take at least {chars // self.max_token_chars} tokens ({chars} characters). Shorten the messages.",
-                "messages", "context_length_exceeded",
+                "messages",
+                "context_length_exceeded",
             )
         prompt = self.prompt(req, tools.specs, tools.prefill)
         room = self.policy.context_window - len(prompt)
@@ -122,12 +151,23 @@ class ChatService:
         if room < 1 or (asked is not None and asked > room):
             raise RequestError(
                 f"This model's maximum context length is {self.policy.context_window} tokens. However, the messages "
-                f"take {len(prompt)} tokens" + (f" and {asked} were requested for the reply" if asked else "") + ". Shorten the messages or lower max_tokens.",
-                "messages", "context_length_exceeded",
+                f"take {len(prompt)} tokens"
+                + (f" and {asked} were requested for the reply" if asked else "")
+                + ". Shorten the messages or lower max_tokens.",
+                "messages",
+                "context_length_exceeded",
             )
         max_new = asked if asked is not None else min(self.default_max_tokens, room)
-        params = SamplingParams(temperature=req.temperature, top_p=req.top_p, max_tokens=max_new, stop=req.stop_strings, min_tokens=req.min_tokens)
-        seeds: list[int | None] = [None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)]
+        params = SamplingParams(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            max_tokens=max_new,
+            stop=req.stop_strings,
+            min_tokens=req.min_tokens,
+        )
+        seeds: list[int | None] = [
+            None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)
+        ]
         return Prepared(prompt, tools, max_new, params, seeds)
 
 
@@ -158,7 +198,9 @@ def parse_body(raw: bytes) -> ChatRequest:
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, or a 413 RequestError as soon as it is known to pass `limit` bytes."""
     declared = request.headers.get("content-length")
-    too_large = RequestError(f"the request body is over the {limit >> 20} MiB limit", None, "request_too_large", 413)
+    too_large = RequestError(
+        f"the request body is over the {limit >> 20} MiB limit", None, "request_too_large", 413
+    )
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_large
     chunks, size = [], 0
@@ -177,7 +219,9 @@ async def chat_response(service: ChatService, req: ChatRequest) -> Any:
     if not req.stream:
         return body
     include_usage = req.stream_options is not None and req.stream_options.include_usage
-    return StreamingResponse(sse(stream_chunks(body, include_usage)), media_type="text/event-stream")
+    return StreamingResponse(
+        sse(stream_chunks(body, include_usage)), media_type="text/event-stream"
+    )
 
 
 def sse(chunks: list[dict[str, Any]]) -> Iterator[bytes]:
@@ -186,9 +230,18 @@ def sse(chunks: list[dict[str, Any]]) -> Iterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-def create_app(policy: Any, model_name: str, *, max_batch: int = 32, default_max_tokens: int = 512, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+def create_app(
+    policy: Any,
+    model_name: str,
+    *,
+    max_batch: int = 32,
+    default_max_tokens: int = 512,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> FastAPI:
     """The FastAPI app. `model_name` is the one id requests must name (`GET /v1/models`)."""
-    service = ChatService(policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens)
+    service = ChatService(
+        policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens
+    )
     app = FastAPI(title="agentrft serve-model", docs_url=None, redoc_url=None)
     app.state.service = service
 
@@ -207,7 +260,12 @@ def create_app(policy: Any, model_name: str, *, max_batch: int = 32, default_max
     @app.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str) -> dict[str, Any]:
         if model_id != model_name:
-            raise RequestError(f"The model {model_id!r} does not exist here: this server serves {model_name!r}", "model", "model_not_found", 404)
+            raise RequestError(
+                f"The model {model_id!r} does not exist here: this server serves {model_name!r}",
+                "model",
+                "model_not_found",
+                404,
+            )
         return model_card(model_name, service.created)
 
     @app.post("/v1/chat/completions")
@@ -226,8 +284,19 @@ def served_name(ref: str) -> str:
     return path.resolve().name if path.exists() else ref
 
 
-def serve_model(ref: str, *, host: str = "127.0.0.1", port: int = 8000, base: str | None = None, name: str | None = None,
-                max_batch: int = 32, default_max_tokens: int = 512, device: str = "auto", dtype: str = "auto", max_body_bytes: int = MAX_BODY_BYTES) -> None:
+def serve_model(
+    ref: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    base: str | None = None,
+    name: str | None = None,
+    max_batch: int = 32,
+    default_max_tokens: int = 512,
+    device: str = "auto",
+    dtype: str = "auto",
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> None:
     """Load `ref` (see `agentrft.policy.load`) and serve it until interrupted."""
     import uvicorn
 
@@ -235,7 +304,16 @@ def serve_model(ref: str, *, host: str = "127.0.0.1", port: int = 8000, base: st
 
     policy = load_policy(ref, base=base, device=device, dtype=dtype)
     model_name = name or served_name(ref)
-    app = create_app(policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens, max_body_bytes=max_body_bytes)
-    print(f"serving {model_name!r} ({ref}) on http://{host}:{port}/v1  (OpenAI-compatible chat completions)", flush=True)
+    app = create_app(
+        policy,
+        model_name,
+        max_batch=max_batch,
+        default_max_tokens=default_max_tokens,
+        max_body_bytes=max_body_bytes,
+    )
+    print(
+        f"serving {model_name!r} ({ref}) on http://{host}:{port}/v1  (OpenAI-compatible chat completions)",
+        flush=True,
+    )
     print(f"precision: {policy.precision}", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -39,13 +39,19 @@ STREAM_PIECE_CHARS = 64  # content is streamed in pieces of at most this many ch
 class RequestError(Exception):
     """A request the server cannot serve; becomes OpenAI's error JSON with `status`."""
 
-    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, code: str | None = None, status: int = 400
+    ) -> None:
         super().__init__(message)
         self.message, self.param, self.code, self.status = message, param, code, status
 
     def body(self) -> dict[str, Any]:
-        kind = {404: "not_found_error"}.get(self.status, "invalid_request_error" if self.status < 500 else "server_error")
-        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+        kind = {404: "not_found_error"}.get(
+            self.status, "invalid_request_error" if self.status < 500 else "server_error"
+        )
+        return {
+            "error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}
+        }
 
 
 class StreamOptions(BaseModel):
@@ -72,7 +78,9 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = Field(default=None, ge=-INT64, lt=INT64)
     stop: str | list[str] | None = None
-    min_tokens: int = Field(default=0, ge=0)  # vLLM's extra parameter: no stop before this many tokens
+    min_tokens: int = Field(
+        default=0, ge=0
+    )  # vLLM's extra parameter: no stop before this many tokens
     stream: bool = False
     stream_options: StreamOptions | None = None
     logprobs: bool = False
@@ -81,7 +89,17 @@ class ChatRequest(BaseModel):
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None
 
-    @field_validator("n", "temperature", "top_p", "min_tokens", "stream", "logprobs", "presence_penalty", "frequency_penalty", mode="before")
+    @field_validator(
+        "n",
+        "temperature",
+        "top_p",
+        "min_tokens",
+        "stream",
+        "logprobs",
+        "presence_penalty",
+        "frequency_penalty",
+        mode="before",
+    )
     @classmethod
     def _null_means_default(cls, value: Any, info: ValidationInfo) -> Any:
         """Some clients send `null` for "not set"; OpenAI reads it as the default."""
@@ -94,7 +112,11 @@ class ChatRequest(BaseModel):
 
     @property
     def requested_max_tokens(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return (
+            self.max_completion_tokens
+            if self.max_completion_tokens is not None
+            else self.max_tokens
+        )
 
 
 def parse_request(body: Any) -> ChatRequest:
@@ -116,11 +138,16 @@ def check_supported(req: ChatRequest) -> None:
         raise RequestError("logprobs is not supported by agentrft serve-model", "logprobs")
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(req, name):
-            raise RequestError(f"{name} is not supported by agentrft serve-model; leave it at 0", name)
+            raise RequestError(
+                f"{name} is not supported by agentrft serve-model; leave it at 0", name
+            )
     if req.logit_bias:
         raise RequestError("logit_bias is not supported by agentrft serve-model", "logit_bias")
     if req.response_format and req.response_format.get("type", "text") != "text":
-        raise RequestError("only response_format {\"type\": \"text\"} is supported by agentrft serve-model", "response_format")
+        raise RequestError(
+            'only response_format {"type": "text"} is supported by agentrft serve-model',
+            "response_format",
+        )
     if len(req.stop_strings) > 4:
         raise RequestError("stop: at most 4 stop sequences", "stop")
 
@@ -133,17 +160,41 @@ def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, s
     for i, m in enumerate(messages):
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
-            raise RequestError(f"messages[{i}].role must be one of {sorted(ROLES)}, got {role!r}", f"messages[{i}].role")
+            raise RequestError(
+                f"messages[{i}].role must be one of {sorted(ROLES)}, got {role!r}",
+                f"messages[{i}].role",
+            )
         calls = m.get("tool_calls") or []
-        if role == "assistant" and calls and not (isinstance(calls, list) and all(map(_well_formed_call, calls))):
-            raise RequestError(f'messages[{i}].tool_calls: each needs {{"id", "type": "function", "function": {{"name": <string>, "arguments": <JSON string>}}}}', f"messages[{i}].tool_calls")
+        if (
+            role == "assistant"
+            and calls
+            and not (isinstance(calls, list) and all(map(_well_formed_call, calls)))
+        ):
+            raise RequestError(
+                f'messages[{i}].tool_calls: each needs {{"id", "type": "function", "function": {{"name": <string>, "arguments": <JSON string>}}}}',
+                f"messages[{i}].tool_calls",
+            )
         content = m.get("content")
-        parts_ok = not isinstance(content, list) or all(isinstance(p, Mapping) and isinstance(p.get("text"), str) for p in content)
-        text = "" if content is None and (role == "assistant" and calls) else content_text(content) if parts_ok else None
+        parts_ok = not isinstance(content, list) or all(
+            isinstance(p, Mapping) and isinstance(p.get("text"), str) for p in content
+        )
+        text = (
+            ""
+            if content is None and (role == "assistant" and calls)
+            else content_text(content)
+            if parts_ok
+            else None
+        )
         if text is None:
-            raise RequestError(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+            raise RequestError(
+                f"messages[{i}].content must be a string or a list of text parts",
+                f"messages[{i}].content",
+            )
         if role == "tool" and not (isinstance(m.get("tool_call_id"), str) and m["tool_call_id"]):
-            raise RequestError(f"messages[{i}]: a tool message needs the tool_call_id (a string) of the call it answers", f"messages[{i}].tool_call_id")
+            raise RequestError(
+                f"messages[{i}]: a tool message needs the tool_call_id (a string) of the call it answers",
+                f"messages[{i}].tool_call_id",
+            )
         if role == "assistant" and calls:
             text = inline_tool_calls(text, calls)
         out.append({"role": "system" if role == "developer" else role, "content": text})
@@ -152,7 +203,12 @@ def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, s
 
 def _well_formed_call(call: Any) -> bool:
     fn = call.get("function") if isinstance(call, Mapping) else None
-    return isinstance(fn, Mapping) and isinstance(fn.get("name"), str) and bool(fn["name"]) and isinstance(fn.get("arguments", "{}"), str)
+    return (
+        isinstance(fn, Mapping)
+        and isinstance(fn.get("name"), str)
+        and bool(fn["name"])
+        and isinstance(fn.get("arguments", "{}"), str)
+    )
 
 
 @dataclass(frozen=True)
@@ -187,10 +243,17 @@ def tool_use(req: ChatRequest) -> ToolUse:
         return ToolUse(specs, True, "")
     if choice == "required":
         return ToolUse(specs, True, OPEN)
-    fn = choice.get("function") if isinstance(choice, dict) and choice.get("type", "function") == "function" else None
+    fn = (
+        choice.get("function")
+        if isinstance(choice, dict) and choice.get("type", "function") == "function"
+        else None
+    )
     name = fn.get("name") if isinstance(fn, dict) else None
     if not isinstance(name, str) or name not in {s.name for s in specs}:
-        raise RequestError('tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": <one of tools>}}', "tool_choice")
+        raise RequestError(
+            'tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": <one of tools>}}',
+            "tool_choice",
+        )
     return ToolUse(specs, True, OPEN + '{"name": "' + name + '", "arguments": ')
 
 
@@ -203,7 +266,12 @@ def choice(index: int, text: str, completion: Completion, tools: ToolUse) -> dic
         if parsed.calls and all(c.error is None for c in parsed.calls):
             message["content"] = _content_before_calls(text, parsed.text)
             message["tool_calls"] = [
-                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls
+                {
+                    "id": c.call_id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in parsed.calls
             ]
             finish = "tool_calls"
     return {"index": index, "message": message, "finish_reason": finish, "logprobs": None}
@@ -220,14 +288,20 @@ def _content_before_calls(text: str, plain: str) -> str | None:
     return plain
 
 
-def completion_body(model: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def completion_body(
+    model: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
         "system_fingerprint": None,
     }
 
@@ -237,23 +311,53 @@ def stream_chunks(body: Mapping[str, Any], include_usage: bool = False) -> list[
     choice, the role, the content in pieces, each tool call (id and name, then its
     arguments) and the finish reason; with `include_usage`, a last chunk with the usage and
     no choices. Serialise each as `data: <json>` and end with `data: [DONE]`."""
-    head = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"],
-            "system_fingerprint": body.get("system_fingerprint")}
+    head = {
+        "id": body["id"],
+        "object": "chat.completion.chunk",
+        "created": body["created"],
+        "model": body["model"],
+        "system_fingerprint": body.get("system_fingerprint"),
+    }
     usage: dict[str, Any] = {"usage": None} if include_usage else {}
 
     def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**head, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}], **usage}
+        return {
+            **head,
+            "choices": [
+                {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            ],
+            **usage,
+        }
 
     chunks = []
     for c in body["choices"]:
         i, message = c["index"], c["message"]
         chunks.append(chunk(i, {"role": "assistant", "content": "", "refusal": None}))
         content = message.get("content") or ""
-        chunks.extend(chunk(i, {"content": content[at : at + STREAM_PIECE_CHARS]}) for at in range(0, len(content), STREAM_PIECE_CHARS))
+        chunks.extend(
+            chunk(i, {"content": content[at : at + STREAM_PIECE_CHARS]})
+            for at in range(0, len(content), STREAM_PIECE_CHARS)
+        )
         for k, call in enumerate(message.get("tool_calls") or []):
             fn = call["function"]
-            chunks.append(chunk(i, {"tool_calls": [{"index": k, "id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": ""}}]}))
-            chunks.append(chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": fn["arguments"]}}]}))
+            chunks.append(
+                chunk(
+                    i,
+                    {
+                        "tool_calls": [
+                            {
+                                "index": k,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": fn["name"], "arguments": ""},
+                            }
+                        ]
+                    },
+                )
+            )
+            chunks.append(
+                chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": fn["arguments"]}}]})
+            )
         chunks.append(chunk(i, {}, c["finish_reason"]))
     if include_usage:
         chunks.append({**head, "choices": [], "usage": body["usage"]})

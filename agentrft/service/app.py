@@ -32,9 +32,16 @@ from agentrft.service.store import Store
 log = logging.getLogger(__name__)
 
 
-def create_app(data_dir: str | Path, *, api_keys: frozenset[str] = frozenset(), workers: int = 1,
-               worker_module: str = "agentrft.service.worker", poll_s: float = 0.5,
-               executor: str = "local", ray_address: str | None = None) -> FastAPI:
+def create_app(
+    data_dir: str | Path,
+    *,
+    api_keys: frozenset[str] = frozenset(),
+    workers: int = 1,
+    worker_module: str = "agentrft.service.worker",
+    poll_s: float = 0.5,
+    executor: str = "local",
+    ray_address: str | None = None,
+) -> FastAPI:
     """The app over `data_dir` (created if missing). Workers start with the app's lifespan
     and stop with it; jobs left running resume on the next start. `executor` is "local"
     (worker processes here) or "ray" (Ray tasks, `ray_address` or a local Ray)."""
@@ -44,8 +51,12 @@ def create_app(data_dir: str | Path, *, api_keys: frozenset[str] = frozenset(), 
     data.mkdir(parents=True, exist_ok=True)
     data.chmod(0o700)  # uploaded datasets and the database: the server's user only
     store = Store(data / "service.db")
-    options: dict[str, Any] = {"workers": workers, "worker_module": worker_module, "poll_s": poll_s,
-                               "validate_files": jobs.validate_job_files(data / "jobs")}
+    options: dict[str, Any] = {
+        "workers": workers,
+        "worker_module": worker_module,
+        "poll_s": poll_s,
+        "validate_files": jobs.validate_job_files(data / "jobs"),
+    }
     if executor == "ray":
         from agentrft.service.ray_executor import RayExecutor
 
@@ -65,7 +76,9 @@ def create_app(data_dir: str | Path, *, api_keys: frozenset[str] = frozenset(), 
             runner.shutdown()
             store.close()
 
-    app = FastAPI(title="agentrft service", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app = FastAPI(
+        title="agentrft service", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
     app.state.service = state
 
     @app.exception_handler(RequestError)
@@ -77,19 +90,37 @@ def create_app(data_dir: str | Path, *, api_keys: frozenset[str] = frozenset(), 
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         param = ".".join(str(p) for p in err["loc"][1:]) or None
-        return JSONResponse(RequestError(f"{param}: {err['msg']}" if param else str(err["msg"]), param, "invalid_value").body(), status_code=400)
+        return JSONResponse(
+            RequestError(
+                f"{param}: {err['msg']}" if param else str(err["msg"]), param, "invalid_value"
+            ).body(),
+            status_code=400,
+        )
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        message = f"Unknown request URL: {request.method} {request.url.path}" if exc.status_code in (404, 405) else str(exc.detail)
+        message = (
+            f"Unknown request URL: {request.method} {request.url.path}"
+            if exc.status_code in (404, 405)
+            else str(exc.detail)
+        )
         code = "unknown_url" if exc.status_code in (404, 405) else None
-        return JSONResponse(RequestError(message, None, code, exc.status_code).body(), status_code=exc.status_code)
+        return JSONResponse(
+            RequestError(message, None, code, exc.status_code).body(), status_code=exc.status_code
+        )
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(RequestError(f"The server had an error processing your request ({type(exc).__name__}).", None, "server_error", 500).body(),
-                            status_code=500)
+        return JSONResponse(
+            RequestError(
+                f"The server had an error processing your request ({type(exc).__name__}).",
+                None,
+                "server_error",
+                500,
+            ).body(),
+            status_code=500,
+        )
 
     @app.get("/health")
     async def health() -> dict[str, str]:

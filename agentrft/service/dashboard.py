@@ -46,16 +46,21 @@ def _page(title: str, body: str, refresh: bool = False) -> str:
     from agentrft.evaluate.report import CSS, escape
 
     meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">{meta}<title>{escape(title)}</title>'
-            f"<style>{CSS}{_EXTRA_CSS}</style></head><body>{body}</body></html>")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">{meta}<title>{escape(title)}</title>'
+        f"<style>{CSS}{_EXTRA_CSS}</style></head><body>{body}</body></html>"
+    )
 
 
 def _login_page(message: str = "") -> str:
     from agentrft.evaluate.report import escape
 
     note = f'<p class="error">{escape(message)}</p>' if message else ""
-    return _page("agentrft service", f'<h1>agentrft service</h1><section><h2>API key</h2>{note}<form method="get" action="/">'
-                 '<input name="key" type="password" size="40" placeholder="sk-..."> <button type="submit">Open the dashboard</button></form></section>')
+    return _page(
+        "agentrft service",
+        f'<h1>agentrft service</h1><section><h2>API key</h2>{note}<form method="get" action="/">'
+        '<input name="key" type="password" size="40" placeholder="sk-..."> <button type="submit">Open the dashboard</button></form></section>',
+    )
 
 
 def _owner(request: Request) -> tuple[str | None, str | None]:
@@ -119,19 +124,30 @@ def before_after(run_dir: Path) -> tuple[str, list[dict[str, Any]], str, list[di
         return "before", [], "after", []
     first, last = series[0], series[-1]
     before = (f"{kind} at step {first[0]}", _records(first[1]))
-    after = (f"{kind} at step {last[0]}", _records(last[1])) if last[0] != first[0] else ("after", [])
+    after = (
+        (f"{kind} at step {last[0]}", _records(last[1])) if last[0] != first[0] else ("after", [])
+    )
     return before[0], before[1], after[0], after[1]
 
 
 def stop_reasons_table(columns: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     from agentrft.evaluate.report import escape
 
-    counts = {label: Counter(str(r.get("stop_reason", "?")) for r in recs) for label, recs in columns.items() if recs}
+    counts = {
+        label: Counter(str(r.get("stop_reason", "?")) for r in recs)
+        for label, recs in columns.items()
+        if recs
+    }
     if not counts:
         return '<p class="missing">No rollouts yet.</p>'
     reasons = sorted({r for c in counts.values() for r in c})
     head = "".join(f"<th>{escape(label)}</th>" for label in counts)
-    rows = "".join(f"<tr><td>{escape(r)}</td>" + "".join(f"<td>{c.get(r, 0)}</td>" for c in counts.values()) + "</tr>" for r in reasons)
+    rows = "".join(
+        f"<tr><td>{escape(r)}</td>"
+        + "".join(f"<td>{c.get(r, 0)}</td>" for c in counts.values())
+        + "</tr>"
+        for r in reasons
+    )
     return f'<table class="stop-reasons"><tr><th>stop reason</th>{head}</tr>{rows}</table>'
 
 
@@ -143,8 +159,10 @@ def _buttons(job_id: str, status: str) -> str:
         actions.append(("resume", "Resume", ""))
     if status not in TERMINAL:
         actions.append(("cancel", "Cancel", "danger"))
-    return "".join(f'<form class="inline" method="post" action="/dashboard/jobs/{job_id}/{a}"><button class="{cls}" type="submit">{label}</button></form>'
-                   for a, label, cls in actions)
+    return "".join(
+        f'<form class="inline" method="post" action="/dashboard/jobs/{job_id}/{a}"><button class="{cls}" type="submit">{label}</button></form>'
+        for a, label, cls in actions
+    )
 
 
 def job_page(row: Mapping[str, Any], job: Mapping[str, Any], run_dir: Path) -> str:
@@ -164,30 +182,66 @@ def job_page(row: Mapping[str, Any], job: Mapping[str, Any], run_dir: Path) -> s
     train, _ = rollout_files(run_dir)
     recent = _records(train[-1][1])[:MAX_TRAJECTORIES] if train else []
     status = str(job["status"])
-    facts = [("status", f'<span class="status status-{escape(status)}">{escape(status)}</span>'), ("model", escape(job["model"])),
-             ("fine-tuned model", escape(job["fine_tuned_model"] or "-")), ("training file", escape(job["training_file"])),
-             ("steps logged", str(len([m for m in metrics if m.get("step", 0) > 0])))]
+    facts = [
+        ("status", f'<span class="status status-{escape(status)}">{escape(status)}</span>'),
+        ("model", escape(job["model"])),
+        ("fine-tuned model", escape(job["fine_tuned_model"] or "-")),
+        ("training file", escape(job["training_file"])),
+        ("steps logged", str(len([m for m in metrics if m.get("step", 0) > 0]))),
+    ]
     if job.get("error"):
         facts.append(("error", f'<span class="error">{escape(job["error"]["message"])}</span>'))
     table = "<table>" + "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in facts) + "</table>"
     last = next((m for m in reversed(metrics) if "reward/mean" in m), None)
-    summary = f"<p>latest training reward {last['reward/mean']:.3f} at step {last['step']}</p>" if last else ""
+    summary = (
+        f"<p>latest training reward {last['reward/mean']:.3f} at step {last['step']}</p>"
+        if last
+        else ""
+    )
     hist = tool_calls_png(tool_call_counts(before), tool_call_counts(after))
-    trajectories = "".join(
-        f'<details class="rollout"><summary>{escape(r.get("trace_id", "rollout"))}: reward '
-        f'{r["reward"] if isinstance(r.get("reward"), int | float) else "-"}, {r.get("num_tool_calls", 0)} tool calls, stop {escape(r.get("stop_reason", "?"))}</summary>'
-        f"{trajectory_html(r)}</details>" for r in recent) or '<p class="missing">No rollouts yet.</p>'
+    trajectories = (
+        "".join(
+            f'<details class="rollout"><summary>{escape(r.get("trace_id", "rollout"))}: reward '
+            f"{r['reward'] if isinstance(r.get('reward'), int | float) else '-'}, {r.get('num_tool_calls', 0)} tool calls, stop {escape(r.get('stop_reason', '?'))}</summary>"
+            f"{trajectory_html(r)}</details>"
+            for r in recent
+        )
+        or '<p class="missing">No rollouts yet.</p>'
+    )
     sections = [
         ("job", "Job", table + summary + _buttons(str(job["id"]), status)),
-        ("reward-curve", "Reward and eval reward during training",
-         image_html(reward_curve_png(metrics), "reward curve", "No training step has finished yet.")),
-        ("tool-calls", f"Tool calls per rollout: {before_label} vs {after_label}",
-         image_html(hist, "tool calls per rollout", "No rollouts yet.")),
-        ("stop-reasons", "Stop reasons", stop_reasons_table({before_label: before, after_label: after})),
-        ("trajectories", f"Latest trajectories (step {train[-1][0]})" if train else "Latest trajectories", trajectories),
+        (
+            "reward-curve",
+            "Reward and eval reward during training",
+            image_html(
+                reward_curve_png(metrics), "reward curve", "No training step has finished yet."
+            ),
+        ),
+        (
+            "tool-calls",
+            f"Tool calls per rollout: {before_label} vs {after_label}",
+            image_html(hist, "tool calls per rollout", "No rollouts yet."),
+        ),
+        (
+            "stop-reasons",
+            "Stop reasons",
+            stop_reasons_table({before_label: before, after_label: after}),
+        ),
+        (
+            "trajectories",
+            f"Latest trajectories (step {train[-1][0]})" if train else "Latest trajectories",
+            trajectories,
+        ),
     ]
-    body = "".join(f'<section id="{sid}"><h2>{escape(head)}</h2>{content}</section>' for sid, head, content in sections)
-    return _page(f"{job['id']} - agentrft", f'<p><a href="/">all jobs</a></p><h1>{escape(job["id"])}</h1>{body}', refresh=status not in TERMINAL)
+    body = "".join(
+        f'<section id="{sid}"><h2>{escape(head)}</h2>{content}</section>'
+        for sid, head, content in sections
+    )
+    return _page(
+        f"{job['id']} - agentrft",
+        f'<p><a href="/">all jobs</a></p><h1>{escape(job["id"])}</h1>{body}',
+        refresh=status not in TERMINAL,
+    )
 
 
 def jobs_page(jobs: Sequence[Mapping[str, Any]], last_rewards: Mapping[str, float | None]) -> str:
@@ -195,13 +249,21 @@ def jobs_page(jobs: Sequence[Mapping[str, Any]], last_rewards: Mapping[str, floa
 
     rows = "".join(
         f'<tr><td><a href="/dashboard/jobs/{escape(j["id"])}">{escape(j["id"])}</a></td><td><span class="status status-{escape(j["status"])}">{escape(j["status"])}</span></td>'
-        f'<td>{escape(j["model"])}</td><td>{escape(j["fine_tuned_model"] or "-")}</td>'
-        f'<td>{"-" if last_rewards.get(j["id"]) is None else format(last_rewards[j["id"]], ".3f")}</td></tr>'
-        for j in jobs)
-    table = (f'<table id="jobs"><tr><th>job</th><th>status</th><th>model</th><th>fine-tuned model</th><th>latest reward</th></tr>{rows}</table>'
-             if jobs else '<p class="missing">No fine-tuning jobs yet. Create one with client.fine_tuning.jobs.create(...).</p>')
+        f"<td>{escape(j['model'])}</td><td>{escape(j['fine_tuned_model'] or '-')}</td>"
+        f"<td>{'-' if last_rewards.get(j['id']) is None else format(last_rewards[j['id']], '.3f')}</td></tr>"
+        for j in jobs
+    )
+    table = (
+        f'<table id="jobs"><tr><th>job</th><th>status</th><th>model</th><th>fine-tuned model</th><th>latest reward</th></tr>{rows}</table>'
+        if jobs
+        else '<p class="missing">No fine-tuning jobs yet. Create one with client.fine_tuning.jobs.create(...).</p>'
+    )
     running = any(j["status"] not in TERMINAL for j in jobs)
-    return _page("agentrft service", f"<h1>agentrft service</h1><section><h2>Fine-tuning jobs</h2>{table}</section>", refresh=running)
+    return _page(
+        "agentrft service",
+        f"<h1>agentrft service</h1><section><h2>Fine-tuning jobs</h2>{table}</section>",
+        refresh=running,
+    )
 
 
 # -- routes -----------------------------------------------------------------------------------
@@ -211,8 +273,11 @@ async def index(request: Request) -> Response:
 
     owner, key = _owner(request)
     if owner is None:
-        return _respond(_login_page("That API key is not valid." if request.query_params.get("key") else ""), None,
-                        401 if request.query_params.get("key") else 200)
+        return _respond(
+            _login_page("That API key is not valid." if request.query_params.get("key") else ""),
+            None,
+            401 if request.query_params.get("key") else 200,
+        )
     state = state_of(request)
     rows = state.store.jobs(owner, limit=100)
     jobs = [job_object(state, r) for r in rows]
@@ -237,7 +302,9 @@ async def job_view(request: Request, job_id: str) -> Response:
     state = state_of(request)
     row = state.store.job(job_id, owner)
     if row is None:
-        return _respond(_page("not found", f"<h1>No such fine-tuning job: {job_id[:64]}</h1>"), key, 404)
+        return _respond(
+            _page("not found", f"<h1>No such fine-tuning job: {job_id[:64]}</h1>"), key, 404
+        )
     html = await run_in_threadpool(job_page, row, job_object(state, row), state.jobs_dir / job_id)
     return _respond(html, key)
 
@@ -251,5 +318,7 @@ async def job_action(request: Request, job_id: str, action: str) -> Response:
     elif action in ("cancel", "pause"):
         await stop_job(request, job_id, "cancelled" if action == "cancel" else "paused")
     else:
-        raise RequestError(f"unknown action {action!r}: cancel, pause or resume", "action", "invalid_value")
+        raise RequestError(
+            f"unknown action {action!r}: cancel, pause or resume", "action", "invalid_value"
+        )
     return RedirectResponse(f"/dashboard/jobs/{job_id}", status_code=303)

@@ -55,9 +55,19 @@ class LocalProcess:
 
     def __init__(self, module: str, run_dir: Path) -> None:
         self.log_file: IO[bytes] = (run_dir / "worker.log").open("ab")
-        env = {**worker_environment(), "AGENTRFT_SERVICE_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen([sys.executable, "-m", module, str(run_dir)], stdout=self.log_file, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        env = {
+            **worker_environment(),
+            "AGENTRFT_SERVICE_PID": str(os.getpid()),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, str(run_dir)],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
 
     def poll(self) -> int | None:
         code = self.process.poll()
@@ -106,8 +116,16 @@ class LocalExecutor:
     """Worker processes on this machine. `worker_module` is what `python -m` runs for a job
     (tests put a fast fake there)."""
 
-    def __init__(self, store: Store, jobs_dir: Path, *, workers: int = 1, worker_module: str = "agentrft.service.worker",
-                 validate_files: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None, poll_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        store: Store,
+        jobs_dir: Path,
+        *,
+        workers: int = 1,
+        worker_module: str = "agentrft.service.worker",
+        validate_files: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
         self.store = store
         self.jobs_dir = jobs_dir
         self.workers = max(1, workers)
@@ -125,7 +143,10 @@ class LocalExecutor:
     def start(self) -> None:
         for job in self.store.jobs_with_status("running"):
             self.store.set_status(job["id"], "queued", only_from=("running",))
-            self.store.add_event(job["id"], "The server restarted; the job is queued again and resumes from its last checkpoint")
+            self.store.add_event(
+                job["id"],
+                "The server restarted; the job is queued again and resumes from its last checkpoint",
+            )
         self._thread = threading.Thread(target=self._loop, name="agentrft-scheduler", daemon=True)
         self._thread.start()
 
@@ -154,7 +175,9 @@ class LocalExecutor:
                 self._stop_requests[job_id] = status
                 self._wake.set()
                 return
-        self.store.set_status(job_id, status, only_from=("validating_files", "queued", "running", "paused"))
+        self.store.set_status(
+            job_id, status, only_from=("validating_files", "queued", "running", "paused")
+        )
 
     def wait_stopped(self, job_id: str, timeout_s: float = 15.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -186,8 +209,12 @@ class LocalExecutor:
         for job in self.store.jobs_with_status("validating_files"):
             error = self.validate_files(job) if self.validate_files else None
             if error:
-                if self.store.set_status(job["id"], "failed", only_from=("validating_files",), error=error):
-                    self.store.add_event(job["id"], f"File validation failed: {error['message']}", level="error")
+                if self.store.set_status(
+                    job["id"], "failed", only_from=("validating_files",), error=error
+                ):
+                    self.store.add_event(
+                        job["id"], f"File validation failed: {error['message']}", level="error"
+                    )
             elif self.store.set_status(job["id"], "queued", only_from=("validating_files",)):
                 self.store.add_event(job["id"], "Files validated, moving job to queued state")
 
@@ -202,7 +229,10 @@ class LocalExecutor:
                 worker.process.stop()
                 self.ingest_metrics(job_id)
             if self.store.set_status(job_id, status, only_from=("queued", "running")):
-                self.store.add_event(job_id, "Fine-tuning job paused" if status == "paused" else "Fine-tuning job cancelled")
+                self.store.add_event(
+                    job_id,
+                    "Fine-tuning job paused" if status == "paused" else "Fine-tuning job cancelled",
+                )
             with self._lock:  # only now: the API waits for this to answer with the new status
                 self._running.pop(job_id, None)
 
@@ -220,15 +250,26 @@ class LocalExecutor:
         try:
             result = json.loads((run_dir / "result.json").read_text())
         except (OSError, json.JSONDecodeError):
-            result = {"error": {"code": "server_error", "message": f"the worker exited with code {returncode} without a result; see its log"}}
+            result = {
+                "error": {
+                    "code": "server_error",
+                    "message": f"the worker exited with code {returncode} without a result; see its log",
+                }
+            }
         if returncode == 0 and result.get("status") == "succeeded":
             if self.store.set_status(job_id, "succeeded", only_from=("running",)):
                 job = self.store.job(job_id)
-                self.store.add_event(job_id, f"New fine-tuned model created: {job['fine_tuned_model'] if job else ''}")
+                self.store.add_event(
+                    job_id,
+                    f"New fine-tuned model created: {job['fine_tuned_model'] if job else ''}",
+                )
                 self.store.add_event(job_id, "The job has successfully completed")
             return
-        error = {"code": str(result.get("error", {}).get("code", "server_error")), "message": str(result.get("error", {}).get("message", "")),
-                 "param": None}
+        error = {
+            "code": str(result.get("error", {}).get("code", "server_error")),
+            "message": str(result.get("error", {}).get("message", "")),
+            "param": None,
+        }
         if self.store.set_status(job_id, "failed", only_from=("running",), error=error):
             self.store.add_event(job_id, f"The job failed: {error['message']}", level="error")
 
@@ -245,7 +286,12 @@ class LocalExecutor:
             process = self.spawn(run_dir)
             with self._lock:
                 self._running[job["id"]] = Worker(job["id"], process)
-            self.store.add_event(job["id"], "Fine-tuning job resumed from its last checkpoint" if resumed else "Fine-tuning job started")
+            self.store.add_event(
+                job["id"],
+                "Fine-tuning job resumed from its last checkpoint"
+                if resumed
+                else "Fine-tuning job started",
+            )
             now = self.store.job(job["id"])
             if now is not None and now["status"] != "running":  # cancelled or paused while starting
                 with self._lock:
@@ -275,8 +321,13 @@ class LocalExecutor:
             except json.JSONDecodeError:  # a line being written right now: read it next time
                 break
             row = {**row, "total_steps": total} if total else row
-            self.store.add_event(job_id, metrics_message(row, total), kind="metrics", data=row,
-                                 event_id=f"ftevent-{job_id.removeprefix('ftjob-')}-step-{row.get('step', 0)}")
+            self.store.add_event(
+                job_id,
+                metrics_message(row, total),
+                kind="metrics",
+                data=row,
+                event_id=f"ftevent-{job_id.removeprefix('ftjob-')}-step-{row.get('step', 0)}",
+            )
             seen += 1
         self.store.set_metrics_seen(job_id, seen)
 

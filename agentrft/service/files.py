@@ -30,16 +30,33 @@ MAX_UPLOAD_BYTES = 512 * 1024 * 1024
 
 
 def file_object(row: dict[str, Any]) -> dict[str, Any]:
-    return {"id": row["id"], "object": "file", "bytes": row["bytes"], "created_at": row["created_at"], "filename": row["filename"],
-            "purpose": row["purpose"], "status": row["status"], "status_details": None, "expires_at": None}
+    return {
+        "id": row["id"],
+        "object": "file",
+        "bytes": row["bytes"],
+        "created_at": row["created_at"],
+        "filename": row["filename"],
+        "purpose": row["purpose"],
+        "status": row["status"],
+        "status_details": None,
+        "expires_at": None,
+    }
 
 
-def parse_multipart(content_type: str, body: bytes) -> tuple[dict[str, str], dict[str, tuple[str, bytes]]]:
+def parse_multipart(
+    content_type: str, body: bytes
+) -> tuple[dict[str, str], dict[str, tuple[str, bytes]]]:
     """Form fields and files of a multipart/form-data body (the standard library's MIME
     parser; no extra dependency)."""
     if not content_type.lower().startswith("multipart/form-data"):
-        raise RequestError("upload a file as multipart/form-data with fields `file` and `purpose`", "file", "invalid_content_type")
-    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+        raise RequestError(
+            "upload a file as multipart/form-data with fields `file` and `purpose`",
+            "file",
+            "invalid_content_type",
+        )
+    message = BytesParser(policy=HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
     fields: dict[str, str] = {}
     files: dict[str, tuple[str, bytes]] = {}
     for part in message.iter_parts():
@@ -70,9 +87,15 @@ def check_dataset(filename: str, data: bytes) -> int:
             rows = len(load_dataset(path))
         except ConfigError as exc:
             message = str(exc).replace(str(path), filename)
-            raise RequestError(f"Invalid file format for fine-tuning: {message}", "file", "invalid_file_format") from None
+            raise RequestError(
+                f"Invalid file format for fine-tuning: {message}", "file", "invalid_file_format"
+            ) from None
         except UnicodeDecodeError:
-            raise RequestError(f"{filename}: not UTF-8 text; a dataset is JSONL, one JSON object per line", "file", "invalid_file_format") from None
+            raise RequestError(
+                f"{filename}: not UTF-8 text; a dataset is JSONL, one JSON object per line",
+                "file",
+                "invalid_file_format",
+            ) from None
     return rows
 
 
@@ -81,25 +104,39 @@ async def create_file(request: Request) -> dict[str, Any]:
     owner = caller(request)
     state = state_of(request)
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES:  # refused before it is read into memory
-        raise RequestError(f"files are limited to {MAX_UPLOAD_BYTES // 2**20} MiB", "file", "file_too_large", 413)
+    if (
+        declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES
+    ):  # refused before it is read into memory
+        raise RequestError(
+            f"files are limited to {MAX_UPLOAD_BYTES // 2**20} MiB", "file", "file_too_large", 413
+        )
     body = await request.body()
     if len(body) > MAX_UPLOAD_BYTES:
-        raise RequestError(f"files are limited to {MAX_UPLOAD_BYTES // 2**20} MiB", "file", "file_too_large", 413)
+        raise RequestError(
+            f"files are limited to {MAX_UPLOAD_BYTES // 2**20} MiB", "file", "file_too_large", 413
+        )
     fields, files = parse_multipart(request.headers.get("content-type", ""), body)
     purpose = fields.get("purpose")
     if purpose is None:
-        raise RequestError("missing required parameter: 'purpose'", "purpose", "missing_required_parameter")
+        raise RequestError(
+            "missing required parameter: 'purpose'", "purpose", "missing_required_parameter"
+        )
     if purpose not in PURPOSES:
-        raise RequestError(f"'{purpose}' is not one of {sorted(PURPOSES)} - 'purpose'", "purpose", "invalid_value")
+        raise RequestError(
+            f"'{purpose}' is not one of {sorted(PURPOSES)} - 'purpose'", "purpose", "invalid_value"
+        )
     if "file" not in files:
-        raise RequestError("missing required parameter: 'file'", "file", "missing_required_parameter")
+        raise RequestError(
+            "missing required parameter: 'file'", "file", "missing_required_parameter"
+        )
     filename, data = files["file"]
     rows = check_dataset(filename, data) if purpose == "fine-tune" else None
     file_id = new_id("file")
     state.files_dir.mkdir(parents=True, exist_ok=True)
     (state.files_dir / file_id).write_bytes(data)
-    return file_object(state.store.add_file(file_id, owner, safe_filename(filename), purpose, len(data), rows))
+    return file_object(
+        state.store.add_file(file_id, owner, safe_filename(filename), purpose, len(data), rows)
+    )
 
 
 @router.get("/v1/files")
@@ -109,7 +146,13 @@ async def list_files(request: Request) -> dict[str, Any]:
     order = request.query_params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise RequestError("order must be 'asc' or 'desc'", "order", "invalid_value")
-    rows = state_of(request).store.files(owner, request.query_params.get("purpose"), request.query_params.get("after"), limit + 1, order)
+    rows = state_of(request).store.files(
+        owner,
+        request.query_params.get("purpose"),
+        request.query_params.get("after"),
+        limit + 1,
+        order,
+    )
     return list_page([file_object(r) for r in rows], limit)
 
 
@@ -128,7 +171,11 @@ async def retrieve_file(request: Request, file_id: str) -> dict[str, Any]:
 @router.get("/v1/files/{file_id}/content")
 async def file_content(request: Request, file_id: str) -> FileResponse:
     row = owned_file(request, file_id)
-    return FileResponse(state_of(request).files_dir / row["id"], media_type="application/octet-stream", filename=row["filename"])
+    return FileResponse(
+        state_of(request).files_dir / row["id"],
+        media_type="application/octet-stream",
+        filename=row["filename"],
+    )
 
 
 @router.delete("/v1/files/{file_id}")

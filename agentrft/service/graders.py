@@ -15,15 +15,29 @@ from agentrft.service.state import caller
 
 router = APIRouter()
 # OpenAI's error flags that agentrft's graders never raise; the SDK's type lists them all
-OPENAI_FLAGS = ("formula_parse_error", "invalid_variable_error", "model_grader_parse_error", "model_grader_refusal_error",
-                "model_grader_server_error", "other_error", "python_grader_runtime_error", "python_grader_server_error",
-                "sample_parse_error", "truncated_observation_error", "unresponsive_reward_error")
+OPENAI_FLAGS = (
+    "formula_parse_error",
+    "invalid_variable_error",
+    "model_grader_parse_error",
+    "model_grader_refusal_error",
+    "model_grader_server_error",
+    "other_error",
+    "python_grader_runtime_error",
+    "python_grader_server_error",
+    "sample_parse_error",
+    "truncated_observation_error",
+    "unresponsive_reward_error",
+)
 
 
 def _grader_spec(body: dict[str, Any]) -> dict[str, Any]:
     spec = body.get("grader")
     if not isinstance(spec, dict):
-        raise RequestError("Missing required parameter: 'grader' (an object)", "grader", "missing_required_parameter")
+        raise RequestError(
+            "Missing required parameter: 'grader' (an object)",
+            "grader",
+            "missing_required_parameter",
+        )
     return spec
 
 
@@ -40,7 +54,9 @@ async def validate(request: Request) -> dict[str, Any]:
     return {"grader": spec}
 
 
-def run_grader(spec: dict[str, Any], model_sample: str, item: dict[str, Any], trace_id: str) -> dict[str, Any]:
+def run_grader(
+    spec: dict[str, Any], model_sample: str, item: dict[str, Any], trace_id: str
+) -> dict[str, Any]:
     from agentrft.graders import build_grader, sample_from_text
     from agentrft.graders.commands import run_response
 
@@ -56,9 +72,15 @@ def run_grader(spec: dict[str, Any], model_sample: str, item: dict[str, Any], tr
     for flag in OPENAI_FLAGS:
         errors.setdefault(flag, False)
     details = grade.metrics.get("error_details") if grade.error else None
-    errors.setdefault("python_grader_runtime_error_details", details if grade.error == "python_grader_runtime_error" else None)
+    errors.setdefault(
+        "python_grader_runtime_error_details",
+        details if grade.error == "python_grader_runtime_error" else None,
+    )
     errors.setdefault("python_grader_server_error_type", None)
-    errors.setdefault("model_grader_server_error_details", details if grade.error == "model_grader_server_error" else None)
+    errors.setdefault(
+        "model_grader_server_error_details",
+        details if grade.error == "model_grader_server_error" else None,
+    )
     resp["metadata"].update({"sampled_model_name": None, "token_usage": None})
     resp["model_grader_token_usage_per_model"] = {}
     return resp
@@ -71,10 +93,16 @@ async def run(request: Request) -> dict[str, Any]:
     spec = _grader_spec(body)
     sample = body.get("model_sample")
     if not isinstance(sample, str):
-        raise RequestError("Missing required parameter: 'model_sample' (the model's output, a string)", "model_sample", "missing_required_parameter")
+        raise RequestError(
+            "Missing required parameter: 'model_sample' (the model's output, a string)",
+            "model_sample",
+            "missing_required_parameter",
+        )
     item = body.get("item") or {}
     if not isinstance(item, dict):
-        raise RequestError("item must be an object (a dataset row's fields)", "item", "invalid_value")
+        raise RequestError(
+            "item must be an object (a dataset row's fields)", "item", "invalid_value"
+        )
     item = {k: v for k, v in item.items() if k != "messages"}
     trace_id = str(body.get("trace_id") or "trace_grader_run")
     return await run_in_threadpool(run_grader, spec, sample, item, trace_id)

@@ -36,7 +36,9 @@ async def json_body(request: Request) -> dict[str, Any]:
     try:
         body = json.loads(await request.body() or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(f"the request body is not valid JSON: {exc}", None, "invalid_json") from None
+        raise RequestError(
+            f"the request body is not valid JSON: {exc}", None, "invalid_json"
+        ) from None
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", None, "invalid_json")
     return body
@@ -50,58 +52,109 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 
 # -- checking a job request ---------------------------------------------------------------
-def _training_file(state: ServiceState, owner: str, body: dict[str, Any], key: str) -> dict[str, Any] | None:
+def _training_file(
+    state: ServiceState, owner: str, body: dict[str, Any], key: str
+) -> dict[str, Any] | None:
     file_id = body.get(key)
     if file_id is None and key == "validation_file":
         return None
     if not isinstance(file_id, str):
-        raise RequestError(f"Missing required parameter: '{key}'" if file_id is None else f"{key} must be a file id", key, "missing_required_parameter")
+        raise RequestError(
+            f"Missing required parameter: '{key}'"
+            if file_id is None
+            else f"{key} must be a file id",
+            key,
+            "missing_required_parameter",
+        )
     row = state.store.file(file_id, owner)
     if row is None:
         raise RequestError(f"invalid {key}: {file_id} (no such file)", key, f"invalid_{key}", 400)
     if row["purpose"] != "fine-tune":
-        raise RequestError(f"{file_id} has purpose '{row['purpose']}'; fine-tuning needs a file uploaded with purpose 'fine-tune'", key, "invalid_file_purpose")
+        raise RequestError(
+            f"{file_id} has purpose '{row['purpose']}'; fine-tuning needs a file uploaded with purpose 'fine-tune'",
+            key,
+            "invalid_file_purpose",
+        )
     return row
 
 
 def _check_service_rules(body: dict[str, Any]) -> None:
     method = body.get("method")
     if not isinstance(method, dict):
-        raise RequestError("Missing required parameter: 'method' ({type: reinforcement, reinforcement: {grader, tools, ...}})", "method", "missing_required_parameter")
+        raise RequestError(
+            "Missing required parameter: 'method' ({type: reinforcement, reinforcement: {grader, tools, ...}})",
+            "method",
+            "missing_required_parameter",
+        )
     if method.get("type") != "reinforcement":
-        raise RequestError(f"method.type {method.get('type')!r} is not supported: agentrft trains with the reinforcement method", "method.type", "invalid_value")
+        raise RequestError(
+            f"method.type {method.get('type')!r} is not supported: agentrft trains with the reinforcement method",
+            "method.type",
+            "invalid_value",
+        )
     rl = method.get("reinforcement")
     if not isinstance(rl, dict):
-        raise RequestError("Missing required parameter: 'method.reinforcement'", "method.reinforcement", "missing_required_parameter")
+        raise RequestError(
+            "Missing required parameter: 'method.reinforcement'",
+            "method.reinforcement",
+            "missing_required_parameter",
+        )
     if "grader" not in rl:
-        raise RequestError("Missing required parameter: 'method.reinforcement.grader'", "method.reinforcement.grader", "missing_required_parameter")
+        raise RequestError(
+            "Missing required parameter: 'method.reinforcement.grader'",
+            "method.reinforcement.grader",
+            "missing_required_parameter",
+        )
     from agentrft.graders import validate_grader
 
     try:
         validate_grader(rl["grader"])
     except ConfigError as exc:
-        raise RequestError(f"invalid grader: {exc}", "method.reinforcement.grader", "invalid_grader") from None
+        raise RequestError(
+            f"invalid grader: {exc}", "method.reinforcement.grader", "invalid_grader"
+        ) from None
     tools = rl.get("tools") or []
     if not isinstance(tools, list):
-        raise RequestError("method.reinforcement.tools must be a list", "method.reinforcement.tools", "invalid_value")
+        raise RequestError(
+            "method.reinforcement.tools must be a list",
+            "method.reinforcement.tools",
+            "invalid_value",
+        )
     for i, tool in enumerate(tools):
         where = f"method.reinforcement.tools[{i}]"
         if not isinstance(tool, dict):
             raise RequestError(f"{where} must be an object", where, "invalid_value")
         url = tool.get("server_url")
         if tool.get("function") is not None:
-            raise RequestError(f"{where}: the service calls tools over HTTP only; give `server_url` instead of `function`", f"{where}.function", "invalid_value")
+            raise RequestError(
+                f"{where}: the service calls tools over HTTP only; give `server_url` instead of `function`",
+                f"{where}.function",
+                "invalid_value",
+            )
         if not url:
-            raise RequestError(f"{where} ({tool.get('name', '?')}): missing `server_url`, the tool's HTTP endpoint", f"{where}.server_url", "missing_required_parameter")
+            raise RequestError(
+                f"{where} ({tool.get('name', '?')}): missing `server_url`, the tool's HTTP endpoint",
+                f"{where}.server_url",
+                "missing_required_parameter",
+            )
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise RequestError(f"{where}.server_url must be an absolute http(s) URL, got {url!r}", f"{where}.server_url", "invalid_value")
+            raise RequestError(
+                f"{where}.server_url must be an absolute http(s) URL, got {url!r}",
+                f"{where}.server_url",
+                "invalid_value",
+            )
     ext = body.get("agentrft")
     if isinstance(ext, dict) and ext.get("environment") is not None:
-        raise RequestError("agentrft.environment is not available in the service: run your tool server yourself and give absolute `server_url`s",
-                           "agentrft.environment", "invalid_value")
+        raise RequestError(
+            "agentrft.environment is not available in the service: run your tool server yourself and give absolute `server_url`s",
+            "agentrft.environment",
+            "invalid_value",
+        )
 
 
-def build_job(state: ServiceState, owner: str, body: dict[str, Any], run_dir: Path) -> tuple[Any, dict[str, Any]]:
+def build_job(
+    state: ServiceState, owner: str, body: dict[str, Any], run_dir: Path
+) -> tuple[Any, dict[str, Any]]:
     """The validated Job (datasets pointing at the run directory's copies) and the file rows."""
     from agentrft.job import Job, format_validation_error, job_from_dict
 
@@ -116,12 +169,18 @@ def build_job(state: ServiceState, owner: str, body: dict[str, Any], run_dir: Pa
         Job.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise RequestError(format_validation_error("job", exc), _loc(tuple(err["loc"])) or None, "invalid_value") from None
+        raise RequestError(
+            format_validation_error("job", exc), _loc(tuple(err["loc"])) or None, "invalid_value"
+        ) from None
     job = job_from_dict(data, source=run_dir.name, base_dir=run_dir)
     try:
         check_model(job.model)
     except ModelNotFoundError as exc:
-        raise RequestError(f"The model {job.model!r} does not exist or you do not have access to it. ({exc})", "model", "model_not_found") from None
+        raise RequestError(
+            f"The model {job.model!r} does not exist or you do not have access to it. ({exc})",
+            "model",
+            "model_not_found",
+        ) from None
     return job, {"training": train_row, "validation": val_row}
 
 
@@ -134,7 +193,9 @@ def check_model(name: str) -> None:
         return
     path = Path(name).expanduser()
     if not ((path.is_file() and path.suffix == ".gguf") or (path / "config.json").is_file()):
-        raise ModelNotFoundError(f"use {DEFAULT_MODEL!r}, a transformers model directory or a .gguf file on the server")
+        raise ModelNotFoundError(
+            f"use {DEFAULT_MODEL!r}, a transformers model directory or a .gguf file on the server"
+        )
 
 
 def fine_tuned_model_id(model: str, suffix: str | None, job_id: str) -> str:
@@ -154,15 +215,26 @@ def job_object(state: ServiceState, row: dict[str, Any]) -> dict[str, Any]:
         hyper["learning_rate_multiplier"] = 1.0
     succeeded = row["status"] == "succeeded"
     return {
-        "id": row["id"], "object": "fine_tuning.job", "created_at": row["created_at"],
+        "id": row["id"],
+        "object": "fine_tuning.job",
+        "created_at": row["created_at"],
         "error": json.loads(row["error"]) if row["error"] else None,
         "fine_tuned_model": row["fine_tuned_model"] if succeeded else None,
-        "finished_at": row["finished_at"], "hyperparameters": hyper,
-        "model": req.get("model") or _default_model(), "organization_id": ORGANIZATION, "result_files": [],
-        "seed": int(req.get("seed") or 0), "status": row["status"], "trained_tokens": _trained_tokens(state.jobs_dir / row["id"]) if succeeded else None,
-        "training_file": req.get("training_file"), "validation_file": req.get("validation_file"),
-        "estimated_finish": None, "integrations": req.get("integrations"), "metadata": req.get("metadata"),
-        "method": {**method, "type": method.get("type", "reinforcement")}, "user_provided_suffix": req.get("suffix"),
+        "finished_at": row["finished_at"],
+        "hyperparameters": hyper,
+        "model": req.get("model") or _default_model(),
+        "organization_id": ORGANIZATION,
+        "result_files": [],
+        "seed": int(req.get("seed") or 0),
+        "status": row["status"],
+        "trained_tokens": _trained_tokens(state.jobs_dir / row["id"]) if succeeded else None,
+        "training_file": req.get("training_file"),
+        "validation_file": req.get("validation_file"),
+        "estimated_finish": None,
+        "integrations": req.get("integrations"),
+        "metadata": req.get("metadata"),
+        "method": {**method, "type": method.get("type", "reinforcement")},
+        "user_provided_suffix": req.get("suffix"),
         "agentrft": req.get("agentrft"),
     }
 
@@ -186,8 +258,15 @@ def _resolved(run_dir: Path) -> dict[str, Any]:
 
 
 def event_object(row: dict[str, Any]) -> dict[str, Any]:
-    return {"id": row["id"], "object": "fine_tuning.job.event", "created_at": row["created_at"], "level": row["level"],
-            "message": row["message"], "data": json.loads(row["data"]) if row["data"] else None, "type": row["type"]}
+    return {
+        "id": row["id"],
+        "object": "fine_tuning.job.event",
+        "created_at": row["created_at"],
+        "level": row["level"],
+        "message": row["message"],
+        "data": json.loads(row["data"]) if row["data"] else None,
+        "type": row["type"],
+    }
 
 
 def read_metrics_by_step(run_dir: Path) -> dict[int, dict[str, Any]]:
@@ -208,17 +287,31 @@ def checkpoint_objects(state: ServiceState, row: dict[str, Any]) -> list[dict[st
     run_dir = state.jobs_dir / row["id"]
     metrics = read_metrics_by_step(run_dir)
     out = []
-    steps = sorted((int(p.name.removeprefix("step-")), p) for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir() and p.name[5:].isdigit())
+    steps = sorted(
+        (int(p.name.removeprefix("step-")), p)
+        for p in (run_dir / "checkpoints").glob("step-*")
+        if p.is_dir() and p.name[5:].isdigit()
+    )
     short = row["id"].removeprefix("ftjob-")
     for step, path in reversed(steps):
         m = metrics.get(step, {})
-        out.append({
-            "id": f"ftckpt-{short}-{step}", "object": "fine_tuning.job.checkpoint", "created_at": int(path.stat().st_mtime),
-            "fine_tuned_model_checkpoint": f"{row['fine_tuned_model']}:ckpt-step-{step}", "fine_tuning_job_id": row["id"],
-            "step_number": step,
-            "metrics": {"step": float(step), "train_reward": m.get("reward/mean"), "valid_reward": m.get("eval/reward/mean"),
-                        "train_loss": m.get("loss"), **{k: v for k, v in m.items() if k != "step"}},
-        })
+        out.append(
+            {
+                "id": f"ftckpt-{short}-{step}",
+                "object": "fine_tuning.job.checkpoint",
+                "created_at": int(path.stat().st_mtime),
+                "fine_tuned_model_checkpoint": f"{row['fine_tuned_model']}:ckpt-step-{step}",
+                "fine_tuning_job_id": row["id"],
+                "step_number": step,
+                "metrics": {
+                    "step": float(step),
+                    "train_reward": m.get("reward/mean"),
+                    "valid_reward": m.get("eval/reward/mean"),
+                    "train_loss": m.get("loss"),
+                    **{k: v for k, v in m.items() if k != "step"},
+                },
+            }
+        )
     return out
 
 
@@ -226,7 +319,12 @@ def checkpoint_objects(state: ServiceState, row: dict[str, Any]) -> list[dict[st
 def owned_job(request: Request, job_id: str) -> dict[str, Any]:
     row = state_of(request).store.job(job_id, caller(request))
     if row is None:
-        raise RequestError(f"No such fine-tuning job: {job_id}", "fine_tuning_job_id", "fine_tuning_job_not_found", 404)
+        raise RequestError(
+            f"No such fine-tuning job: {job_id}",
+            "fine_tuning_job_id",
+            "fine_tuning_job_not_found",
+            404,
+        )
     return row
 
 
@@ -244,9 +342,19 @@ async def create_job(request: Request) -> dict[str, Any]:
         shutil.copyfile(state.files_dir / files["validation"]["id"], run_dir / "validation.jsonl")
     # the layout `agentrft train` writes, so `train --resume`, `report` and `serve-model` read it
     (run_dir / "job.json").write_text(json.dumps(job.model_dump(mode="json"), indent=2))
-    (run_dir / "run.json").write_text(json.dumps({"job_source": job_id, "base_dir": str(run_dir.resolve()), "model": job.model}))
-    validating = f"Validating training file: {body['training_file']}" + (f" and validation file: {body['validation_file']}" if body.get("validation_file") else "")
-    row = state.store.add_job(job_id, owner, body, fine_tuned_model_id(job.model, job.suffix, job_id), (f"Created fine-tuning job: {job_id}", validating))
+    (run_dir / "run.json").write_text(
+        json.dumps({"job_source": job_id, "base_dir": str(run_dir.resolve()), "model": job.model})
+    )
+    validating = f"Validating training file: {body['training_file']}" + (
+        f" and validation file: {body['validation_file']}" if body.get("validation_file") else ""
+    )
+    row = state.store.add_job(
+        job_id,
+        owner,
+        body,
+        fine_tuned_model_id(job.model, job.suffix, job_id),
+        (f"Created fine-tuning job: {job_id}", validating),
+    )
     state.executor.poke()
     return job_object(state, row)
 
@@ -256,7 +364,11 @@ async def list_jobs(request: Request) -> dict[str, Any]:
     owner = caller(request)
     state = state_of(request)
     limit = page_limit(request)
-    metadata = {k[len("metadata["):-1]: v for k, v in request.query_params.items() if k.startswith("metadata[") and k.endswith("]")}
+    metadata = {
+        k[len("metadata[") : -1]: v
+        for k, v in request.query_params.items()
+        if k.startswith("metadata[") and k.endswith("]")
+    }
     rows = state.store.jobs(owner, request.query_params.get("after"), limit + 1, metadata)
     page = list_page([job_object(state, r) for r in rows], limit)
     return {k: page[k] for k in ("object", "data", "has_more")}
@@ -270,10 +382,16 @@ async def retrieve_job(request: Request, job_id: str) -> dict[str, Any]:
 async def stop_job(request: Request, job_id: str, status: str) -> dict[str, Any]:
     row = owned_job(request, job_id)
     state = state_of(request)
-    allowed = ("validating_files", "queued", "running", "paused") if status == "cancelled" else ("queued", "running")
+    allowed = (
+        ("validating_files", "queued", "running", "paused")
+        if status == "cancelled"
+        else ("queued", "running")
+    )
     if row["status"] not in allowed:
         verb = "cancel" if status == "cancelled" else "pause"
-        raise RequestError(f"Cannot {verb} a job whose status is {row['status']!r}", None, "invalid_job_state")
+        raise RequestError(
+            f"Cannot {verb} a job whose status is {row['status']!r}", None, "invalid_job_state"
+        )
     state.executor.stop(job_id, status)
     await run_in_threadpool(state.executor.wait_stopped, job_id)
     return job_object(state, state.store.job(job_id) or row)
@@ -294,10 +412,18 @@ async def resume_job(request: Request, job_id: str) -> dict[str, Any]:
     row = owned_job(request, job_id)
     state = state_of(request)
     if row["status"] != "paused":
-        raise RequestError(f"Cannot resume a job whose status is {row['status']!r}; only a paused job resumes", None, "invalid_job_state")
+        raise RequestError(
+            f"Cannot resume a job whose status is {row['status']!r}; only a paused job resumes",
+            None,
+            "invalid_job_state",
+        )
     if state.store.set_status(job_id, "queued", only_from=("paused",)):
-        state.store.add_event(job_id, "Fine-tuning job resumed; it continues from its last checkpoint")
-    resumed = job_object(state, state.store.job(job_id) or row)  # as queued, before a worker may pick it up
+        state.store.add_event(
+            job_id, "Fine-tuning job resumed; it continues from its last checkpoint"
+        )
+    resumed = job_object(
+        state, state.store.job(job_id) or row
+    )  # as queued, before a worker may pick it up
     state.executor.poke()
     return resumed
 
@@ -320,24 +446,32 @@ async def list_checkpoints(request: Request, job_id: str) -> dict[str, Any]:
     after = request.query_params.get("after")
     if after:
         ids = [c["id"] for c in items]
-        items = items[ids.index(after) + 1:] if after in ids else items
+        items = items[ids.index(after) + 1 :] if after in ids else items
     return list_page(items[: limit + 1], limit)
 
 
 def validate_job_files(jobs_dir: Path) -> Any:
     """The executor's check of a new job: its dataset copies still load."""
+
     def check(row: dict[str, Any]) -> dict[str, Any] | None:
         from agentrft.data import load_dataset
 
         run_dir = jobs_dir / row["id"]
-        for name, param in (("training.jsonl", "training_file"), ("validation.jsonl", "validation_file")):
+        for name, param in (
+            ("training.jsonl", "training_file"),
+            ("validation.jsonl", "validation_file"),
+        ):
             path = run_dir / name
             if param == "validation_file" and not path.exists():
                 continue
             try:
                 load_dataset(path)
             except ConfigError as exc:
-                return {"code": f"invalid_{param}", "message": str(exc).replace(str(run_dir) + os.sep, ""), "param": param}
+                return {
+                    "code": f"invalid_{param}",
+                    "message": str(exc).replace(str(run_dir) + os.sep, ""),
+                    "param": param,
+                }
         return None
-    return check
 
+    return check

@@ -35,7 +35,12 @@ def base_models() -> list[str]:
 
 
 def _not_found(model: str) -> RequestError:
-    return RequestError(f"The model '{model}' does not exist or you do not have access to it.", "model", "model_not_found", 404)
+    return RequestError(
+        f"The model '{model}' does not exist or you do not have access to it.",
+        "model",
+        "model_not_found",
+        404,
+    )
 
 
 def model_ref(state: ServiceState, model: str, owner: str) -> tuple[str, str | None]:
@@ -75,7 +80,9 @@ class ChatModels:
             from agentrft.policy.load import load_policy
             from agentrft.serve.app import ChatService
 
-            policy = await run_in_threadpool(lambda: load_policy(ref, base=base, device=self.device, dtype=self.dtype))
+            policy = await run_in_threadpool(
+                lambda: load_policy(ref, base=base, device=self.device, dtype=self.dtype)
+            )
             service = ChatService(policy, model)
             self._loaded[model] = service
             while len(self._loaded) > self.max_loaded:
@@ -98,7 +105,11 @@ async def list_models(request: Request) -> dict[str, Any]:
     owner = caller(request)
     state = state_of(request)
     cards = [model_card(m, 0) | {"owned_by": "agentrft"} for m in base_models()]
-    cards += [model_card(r["fine_tuned_model"], r["finished_at"] or r["created_at"]) | {"owned_by": "user"} for r in state.store.models(owner)]
+    cards += [
+        model_card(r["fine_tuned_model"], r["finished_at"] or r["created_at"])
+        | {"owned_by": "user"}
+        for r in state.store.models(owner)
+    ]
     return {"object": "list", "data": cards}
 
 
@@ -119,7 +130,12 @@ async def delete_model(request: Request, model: str) -> dict[str, Any]:
     owner = caller(request)
     state = state_of(request)
     if model in base_models():
-        raise RequestError(f"The base model '{model}' cannot be deleted; only fine-tuned models can.", "model", "model_not_deletable", 403)
+        raise RequestError(
+            f"The base model '{model}' cannot be deleted; only fine-tuned models can.",
+            "model",
+            "model_not_deletable",
+            403,
+        )
     if not state.store.delete_model(model, owner):
         raise _not_found(model)
     _chat(state).drop(model)
@@ -132,8 +148,9 @@ async def chat_completions(request: Request) -> Any:
 
     owner = caller(request)
     state = state_of(request)
-    req = await asyncio.to_thread(parse_body, await read_body(request, MAX_BODY_BYTES))  # as serve-model: capped, off the loop
+    req = await asyncio.to_thread(
+        parse_body, await read_body(request, MAX_BODY_BYTES)
+    )  # as serve-model: capped, off the loop
     ref, base = model_ref(state, req.model, owner)
     service = await _chat(state).get(req.model, ref, base)
     return await chat_response(service, req)
-

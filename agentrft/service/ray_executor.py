@@ -26,10 +26,21 @@ from agentrft.service.executor import LocalExecutor, worker_environment
 
 def run_worker(module: str, run_dir: str, env: dict[str, str]) -> int:
     """The Ray task: the worker process, with this task's process as the parent it dies with."""
-    full_env = {**worker_environment(), **env, "AGENTRFT_SERVICE_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    full_env = {
+        **worker_environment(),
+        **env,
+        "AGENTRFT_SERVICE_PID": str(os.getpid()),
+        "PYTHONUNBUFFERED": "1",
+    }
     with open(Path(run_dir) / "worker.log", "ab") as log:
-        return subprocess.run([sys.executable, "-m", module, run_dir], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=full_env, check=False).returncode
+        return subprocess.run(
+            [sys.executable, "-m", module, run_dir],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            check=False,
+        ).returncode
 
 
 class RayProcess:
@@ -45,7 +56,11 @@ class RayProcess:
             if ready:
                 try:
                     self.code = int(ray.get(self.ref))
-                except (ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError, ray.exceptions.RayTaskError):
+                except (
+                    ray.exceptions.TaskCancelledError,
+                    ray.exceptions.WorkerCrashedError,
+                    ray.exceptions.RayTaskError,
+                ):
                     self.code = -9
         return self.code
 
@@ -62,7 +77,9 @@ class RayProcess:
 class RayExecutor(LocalExecutor):
     """LocalExecutor whose workers are Ray tasks (`num_cpus` each)."""
 
-    def __init__(self, *args: Any, address: str | None = None, num_cpus: float = 1.0, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, address: str | None = None, num_cpus: float = 1.0, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         try:
             import ray
@@ -76,7 +93,12 @@ class RayExecutor(LocalExecutor):
     def start(self) -> None:
         ray = self._ray
         if not ray.is_initialized():
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            ray.init(
+                address=self.address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         self._task = ray.remote(num_cpus=self.num_cpus, max_retries=0)(run_worker)
         super().start()
 
@@ -86,5 +108,7 @@ class RayExecutor(LocalExecutor):
             self._ray.shutdown()
 
     def spawn(self, run_dir: Path) -> RayProcess:
-        env = {k: os.environ[k] for k in ("PYTHONPATH", "AGENTRFT_CACHE", "HOME") if k in os.environ}
+        env = {
+            k: os.environ[k] for k in ("PYTHONPATH", "AGENTRFT_CACHE", "HOME") if k in os.environ
+        }
         return RayProcess(self._task.remote(self.worker_module, str(run_dir), env))

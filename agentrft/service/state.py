@@ -58,7 +58,12 @@ def caller(request: Request) -> str:
         key = request.cookies.get("agentrft_key", "")  # the dashboard's login
         scheme = "bearer" if key else scheme
     if scheme.lower() != "bearer" or not key:
-        raise RequestError("You didn't provide an API key. Send it as `Authorization: Bearer KEY`.", None, "missing_api_key", 401)
+        raise RequestError(
+            "You didn't provide an API key. Send it as `Authorization: Bearer KEY`.",
+            None,
+            "missing_api_key",
+            401,
+        )
     if not any(hmac.compare_digest(key, k) for k in keys):
         raise RequestError("Incorrect API key provided.", None, "invalid_api_key", 401)
     return owner_of_key(key)
@@ -71,17 +76,26 @@ def page_limit(request: Request, default: int = 20) -> int:
     try:
         limit = int(raw)
     except ValueError:
-        raise RequestError(f"limit must be an integer, got {raw!r}", "limit", "invalid_value") from None
+        raise RequestError(
+            f"limit must be an integer, got {raw!r}", "limit", "invalid_value"
+        ) from None
     if not 1 <= limit <= MAX_PAGE:
-        raise RequestError(f"limit must be between 1 and {MAX_PAGE}, got {limit}", "limit", "invalid_value")
+        raise RequestError(
+            f"limit must be between 1 and {MAX_PAGE}, got {limit}", "limit", "invalid_value"
+        )
     return limit
 
 
 def list_page(items: list[dict[str, Any]], limit: int) -> dict[str, Any]:
     """OpenAI's cursor page from `limit + 1` rows: the extra one only says there is more."""
     data = items[:limit]
-    return {"object": "list", "data": data, "has_more": len(items) > limit,
-            "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
+    return {
+        "object": "list",
+        "data": data,
+        "has_more": len(items) > limit,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
 
 
 def read_keys(path: str | Path | None, env_value: str | None) -> frozenset[str]:

@@ -86,18 +86,26 @@ class Store:
             self._db.close()
 
     # -- files ---------------------------------------------------------------------------
-    def add_file(self, file_id: str, owner: str, filename: str, purpose: str, size: int, rows: int | None) -> dict[str, Any]:
+    def add_file(
+        self, file_id: str, owner: str, filename: str, purpose: str, size: int, rows: int | None
+    ) -> dict[str, Any]:
         with self._tx() as db:
-            db.execute("INSERT INTO files (id, owner, filename, purpose, bytes, created_at, status, rows) VALUES (?,?,?,?,?,?,?,?)",
-                       (file_id, owner, filename, purpose, size, int(time.time()), "processed", rows))
+            db.execute(
+                "INSERT INTO files (id, owner, filename, purpose, bytes, created_at, status, rows) VALUES (?,?,?,?,?,?,?,?)",
+                (file_id, owner, filename, purpose, size, int(time.time()), "processed", rows),
+            )
         found = self.file(file_id, owner)
         assert found is not None
         return found
 
     def file(self, file_id: str, owner: str) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM files WHERE id=? AND owner=? AND deleted=0", (file_id, owner))
+        return self._one(
+            "SELECT * FROM files WHERE id=? AND owner=? AND deleted=0", (file_id, owner)
+        )
 
-    def files(self, owner: str, purpose: str | None, after: str | None, limit: int, order: str = "desc") -> list[dict[str, Any]]:
+    def files(
+        self, owner: str, purpose: str | None, after: str | None, limit: int, order: str = "desc"
+    ) -> list[dict[str, Any]]:
         direction, cmp = ("DESC", "<") if order == "desc" else ("ASC", ">")
         sql = "SELECT * FROM files WHERE owner=? AND deleted=0"
         args: list[Any] = [owner]
@@ -111,20 +119,39 @@ class Store:
 
     def delete_file(self, file_id: str, owner: str) -> bool:
         with self._tx() as db:
-            return db.execute("UPDATE files SET deleted=1 WHERE id=? AND owner=? AND deleted=0", (file_id, owner)).rowcount > 0
+            return (
+                db.execute(
+                    "UPDATE files SET deleted=1 WHERE id=? AND owner=? AND deleted=0",
+                    (file_id, owner),
+                ).rowcount
+                > 0
+            )
 
     # -- jobs ----------------------------------------------------------------------------
-    def add_job(self, job_id: str, owner: str, request: dict[str, Any], fine_tuned_model: str, messages: tuple[str, ...] = ()) -> dict[str, Any]:
+    def add_job(
+        self,
+        job_id: str,
+        owner: str,
+        request: dict[str, Any],
+        fine_tuned_model: str,
+        messages: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
         """Insert a new job and its first events (`messages`) in one transaction, and return
         its row as inserted: the scheduler may move it on right after."""
         now = int(time.time())
         with self._tx() as db:
-            db.execute("INSERT INTO jobs (id, owner, created_at, status, request, fine_tuned_model) VALUES (?,?,?,?,?,?)",
-                       (job_id, owner, now, "validating_files", json.dumps(request), fine_tuned_model))
+            db.execute(
+                "INSERT INTO jobs (id, owner, created_at, status, request, fine_tuned_model) VALUES (?,?,?,?,?,?)",
+                (job_id, owner, now, "validating_files", json.dumps(request), fine_tuned_model),
+            )
             for message in messages:
-                db.execute("INSERT INTO events (id, job_id, created_at, level, message, type) VALUES (?,?,?,?,?,?)",
-                           (new_id("ftevent"), job_id, now, "info", message, "message"))
-            found: dict[str, Any] = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+                db.execute(
+                    "INSERT INTO events (id, job_id, created_at, level, message, type) VALUES (?,?,?,?,?,?)",
+                    (new_id("ftevent"), job_id, now, "info", message, "message"),
+                )
+            found: dict[str, Any] = db.execute(
+                "SELECT * FROM jobs WHERE id=?", (job_id,)
+            ).fetchone()
         return found
 
     def job(self, job_id: str, owner: str | None = None) -> dict[str, Any] | None:
@@ -132,7 +159,13 @@ class Store:
             return self._one("SELECT * FROM jobs WHERE id=?", (job_id,))
         return self._one("SELECT * FROM jobs WHERE id=? AND owner=?", (job_id, owner))
 
-    def jobs(self, owner: str | None, after: str | None = None, limit: int = 20, metadata: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    def jobs(
+        self,
+        owner: str | None,
+        after: str | None = None,
+        limit: int = 20,
+        metadata: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
         """Newest first; `after` is the id of the last job of the previous page; `metadata`
         keeps the jobs whose metadata has every one of these values."""
         sql = "SELECT * FROM jobs WHERE 1=1"
@@ -152,8 +185,14 @@ class Store:
         marks = ",".join("?" * len(statuses))
         return self._all(f"SELECT * FROM jobs WHERE status IN ({marks}) ORDER BY seq", statuses)
 
-    def set_status(self, job_id: str, status: str, *, only_from: tuple[str, ...] | None = None,
-                   error: dict[str, Any] | None = None) -> bool:
+    def set_status(
+        self,
+        job_id: str,
+        status: str,
+        *,
+        only_from: tuple[str, ...] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
         """Move a job to `status` (when it is in one of `only_from`); a terminal status
         stamps `finished_at`. Returns whether the job moved."""
         finished = int(time.time()) if status in TERMINAL else None
@@ -171,27 +210,57 @@ class Store:
 
     def delete_model(self, model: str, owner: str) -> bool:
         with self._tx() as db:
-            cur = db.execute("UPDATE jobs SET model_deleted=1 WHERE fine_tuned_model=? AND owner=? AND status='succeeded' AND model_deleted=0", (model, owner))
+            cur = db.execute(
+                "UPDATE jobs SET model_deleted=1 WHERE fine_tuned_model=? AND owner=? AND status='succeeded' AND model_deleted=0",
+                (model, owner),
+            )
             return cur.rowcount > 0
 
     def job_of_model(self, model: str, owner: str) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM jobs WHERE fine_tuned_model=? AND owner=? AND status='succeeded' AND model_deleted=0", (model, owner))
+        return self._one(
+            "SELECT * FROM jobs WHERE fine_tuned_model=? AND owner=? AND status='succeeded' AND model_deleted=0",
+            (model, owner),
+        )
 
     def job_named(self, model: str, owner: str) -> dict[str, Any] | None:
         """The job whose fine-tuned model is `model`, whatever its status."""
-        return self._one("SELECT * FROM jobs WHERE fine_tuned_model=? AND owner=? AND model_deleted=0", (model, owner))
+        return self._one(
+            "SELECT * FROM jobs WHERE fine_tuned_model=? AND owner=? AND model_deleted=0",
+            (model, owner),
+        )
 
     def models(self, owner: str) -> list[dict[str, Any]]:
-        return self._all("SELECT * FROM jobs WHERE owner=? AND status='succeeded' AND model_deleted=0 ORDER BY seq", (owner,))
+        return self._all(
+            "SELECT * FROM jobs WHERE owner=? AND status='succeeded' AND model_deleted=0 ORDER BY seq",
+            (owner,),
+        )
 
     # -- events --------------------------------------------------------------------------
-    def add_event(self, job_id: str, message: str, *, level: str = "info", kind: str = "message",
-                  data: dict[str, Any] | None = None, event_id: str | None = None) -> None:
+    def add_event(
+        self,
+        job_id: str,
+        message: str,
+        *,
+        level: str = "info",
+        kind: str = "message",
+        data: dict[str, Any] | None = None,
+        event_id: str | None = None,
+    ) -> None:
         """Append one event; an `event_id` already present is skipped (a step redone after
         a resume logs the same metrics event once)."""
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO events (id, job_id, created_at, level, message, type, data) VALUES (?,?,?,?,?,?,?)",
-                       (event_id or new_id("ftevent"), job_id, int(time.time()), level, message, kind, json.dumps(data) if data is not None else None))
+            db.execute(
+                "INSERT OR IGNORE INTO events (id, job_id, created_at, level, message, type, data) VALUES (?,?,?,?,?,?,?)",
+                (
+                    event_id or new_id("ftevent"),
+                    job_id,
+                    int(time.time()),
+                    level,
+                    message,
+                    kind,
+                    json.dumps(data) if data is not None else None,
+                ),
+            )
 
     def events(self, job_id: str, after: str | None, limit: int) -> list[dict[str, Any]]:
         """Newest first, as OpenAI lists them; `after` is the last event id already seen."""

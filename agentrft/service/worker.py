@@ -65,7 +65,11 @@ def run(run_dir: Path) -> int:
     from agentrft.train.loop import train
 
     meta = json.loads((run_dir / "run.json").read_text())
-    job = job_from_dict(json.loads((run_dir / "job.json").read_text()), source=meta["job_source"], base_dir=Path(meta["base_dir"]))
+    job = job_from_dict(
+        json.loads((run_dir / "job.json").read_text()),
+        source=meta["job_source"],
+        base_dir=Path(meta["base_dir"]),
+    )
     resume = latest_checkpoint(run_dir) is not None
     if not resume:
         fresh_start(run_dir)
@@ -76,7 +80,15 @@ def run(run_dir: Path) -> int:
         return 1
     except Exception as exc:  # recorded for the job's `error`, and the traceback for its log
         traceback.print_exc()
-        write_result(run_dir, {"error": {"code": "server_error", "message": f"training crashed: {type(exc).__name__}: {exc}"}})
+        write_result(
+            run_dir,
+            {
+                "error": {
+                    "code": "server_error",
+                    "message": f"training crashed: {type(exc).__name__}: {exc}",
+                }
+            },
+        )
         return 1
     write_result(run_dir, {"status": "succeeded"})
     return 0

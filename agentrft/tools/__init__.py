@@ -19,16 +19,28 @@ class Tool(Protocol):
     name: str
     spec: Any
 
-    async def __call__(self, call: ToolCall, trace_id: str, item: Mapping[str, Any], client: Any) -> ToolResult: ...
+    async def __call__(
+        self, call: ToolCall, trace_id: str, item: Mapping[str, Any], client: Any
+    ) -> ToolResult: ...
 
 
-def build_tools(specs: list[Any], *, timeout_s: float, retries: int, backoff_s: float, base_url: str | None = None, base_dir: str | None = None) -> dict[str, Tool]:
+def build_tools(
+    specs: list[Any],
+    *,
+    timeout_s: float,
+    retries: int,
+    backoff_s: float,
+    base_url: str | None = None,
+    base_dir: str | None = None,
+) -> dict[str, Tool]:
     """Tool objects by name. A `server_url` that is a bare path ("/tools/grep") is joined to
     `base_url`, the environment server agentrft launched for the job."""
     tools: dict[str, Tool] = {}
     for spec in specs:
         if spec.function:
-            tools[spec.name] = PythonTool(spec, retries=retries, backoff_s=backoff_s, timeout_s=timeout_s, base_dir=base_dir)
+            tools[spec.name] = PythonTool(
+                spec, retries=retries, backoff_s=backoff_s, timeout_s=timeout_s, base_dir=base_dir
+            )
             continue
         if spec.server_url.startswith("/"):
             if base_url is None:

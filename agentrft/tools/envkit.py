@@ -55,7 +55,10 @@ from agentrft.tools.http import MAX_PAYLOAD_BYTES
 from agentrft.tools.python import ToolInputError
 
 log = logging.getLogger(__name__)
-_FINISHED_KEPT = 100_000  # cleaned-up trace ids remembered, so they answer 410 rather than start afresh
+_FINISHED_KEPT = (
+    100_000  # cleaned-up trace ids remembered, so they answer 410 rather than start afresh
+)
+
 
 @dataclass
 class TraceContext:
@@ -80,7 +83,13 @@ class _ToolEntry:
 
 
 class ToolServer:
-    def __init__(self, name: str = "agentrft-env", *, cleanup_after_grade: bool = True, idle_ttl_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        name: str = "agentrft-env",
+        *,
+        cleanup_after_grade: bool = True,
+        idle_ttl_s: float = 3600.0,
+    ) -> None:
         self.name = name
         self.cleanup_after_grade = cleanup_after_grade
         self.idle_ttl_s = idle_ttl_s
@@ -94,11 +103,20 @@ class ToolServer:
         self._app: Any = None
 
     # -- registration ---------------------------------------------------------------
-    def tool(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None, parameters: dict[str, Any] | None = None) -> Any:
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> Any:
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             tool_name = name or f.__name__
             self._tools[tool_name] = _ToolEntry(
-                f, tool_name, description if description is not None else (inspect.getdoc(f) or ""),
+                f,
+                tool_name,
+                description if description is not None else (inspect.getdoc(f) or ""),
                 parameters or {"type": "object", "properties": {}},
             )
             return f
@@ -117,11 +135,18 @@ class ToolServer:
         self._on_cleanup = fn
         return fn
 
-    def tool_specs(self, base_url: str = "", headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    def tool_specs(
+        self, base_url: str = "", headers: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """The `tools` entries of a job for this server."""
         return [
-            {"name": t.name, "description": t.description, "parameters": t.parameters,
-             "server_url": f"{base_url.rstrip('/')}/tools/{t.name}", "headers": dict(headers or {})}
+            {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+                "server_url": f"{base_url.rstrip('/')}/tools/{t.name}",
+                "headers": dict(headers or {}),
+            }
             for t in self._tools.values()
         ]
 
@@ -131,13 +156,17 @@ class ToolServer:
         with self._lock:
             return list(self._traces)
 
-    def _context(self, trace_id: str, item: dict[str, Any], headers: dict[str, str]) -> TraceContext:
+    def _context(
+        self, trace_id: str, item: dict[str, Any], headers: dict[str, str]
+    ) -> TraceContext:
         self._sweep()
         with self._lock:
             ctx = self._traces.get(trace_id)
             if ctx is None:
                 if trace_id in self._finished:
-                    raise TraceGone(f"trace {trace_id} was already cleaned up ({self._finished[trace_id]}); its state is gone")
+                    raise TraceGone(
+                        f"trace {trace_id} was already cleaned up ({self._finished[trace_id]}); its state is gone"
+                    )
                 ctx = self._traces[trace_id] = TraceContext(trace_id, item, headers)
         with ctx.lock:  # concurrent first calls of one trace wait for a single on_start
             if not ctx.started:
@@ -219,13 +248,17 @@ class ToolServer:
                 return PlainTextResponse("request body is not JSON", status_code=400)
             entry = self._tools.get(name)
             if entry is None:
-                return PlainTextResponse(f"unknown tool {name!r}; this server has {sorted(self._tools)}", status_code=404)
+                return PlainTextResponse(
+                    f"unknown tool {name!r}; this server has {sorted(self._tools)}", status_code=404
+                )
             try:
                 args = json.loads(req.get("arguments") or "{}")
                 if not isinstance(args, dict):
                     raise ValueError
             except (ValueError, TypeError):
-                return PlainTextResponse("`arguments` must be a JSON object encoded as a string", status_code=400)
+                return PlainTextResponse(
+                    "`arguments` must be a JSON object encoded as a string", status_code=400
+                )
             trace_id = str(req.get("trace_id") or "")
             if not trace_id:
                 return PlainTextResponse("missing trace_id", status_code=400)
@@ -253,13 +286,24 @@ class ToolServer:
                 why = bad_path(exc)
                 if why is None:
                     log.exception("tool %s failed for %s", name, trace_id)
-                    return PlainTextResponse(f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500)
+                    return PlainTextResponse(
+                        f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500
+                    )
                 return PlainTextResponse(why, status_code=400)
             except Exception as exc:  # the tool's own failure: a 500, which agentrft retries
                 log.exception("tool %s failed for %s", name, trace_id)
-                return PlainTextResponse(f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500)
+                return PlainTextResponse(
+                    f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500
+                )
             text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
-            return JSONResponse({"type": "function_call_output", "call_id": req.get("call_id"), "id": req.get("id"), "output": text})
+            return JSONResponse(
+                {
+                    "type": "function_call_output",
+                    "call_id": req.get("call_id"),
+                    "id": req.get("id"),
+                    "output": text,
+                }
+            )
 
         @app.post("/grade")
         async def grade(request: Request) -> Any:
@@ -280,7 +324,9 @@ class ToolServer:
                 if inspect.isawaitable(out):
                     raise TypeError("the grader must be a plain function, not async")
                 reply = out if isinstance(out, dict) else {"score": float(out)}
-                if self.cleanup_after_grade:  # only now: a failed grade keeps the state for the retry
+                if (
+                    self.cleanup_after_grade
+                ):  # only now: a failed grade keeps the state for the retry
                     self.cleanup(trace_id, "graded")
                 return reply
 
@@ -290,7 +336,9 @@ class ToolServer:
                 return PlainTextResponse(str(exc), status_code=410)
             except Exception as exc:  # a 500: agentrft retries on the same, kept state
                 log.exception("grader failed for %s", trace_id)
-                return PlainTextResponse(f"grader failed: {type(exc).__name__}: {exc}", status_code=500)
+                return PlainTextResponse(
+                    f"grader failed: {type(exc).__name__}: {exc}", status_code=500
+                )
 
         @app.post("/cleanup")
         async def cleanup(request: Request) -> dict[str, Any]:
@@ -310,8 +358,14 @@ def bad_path(exc: BaseException) -> str | None:
     symlink loop, a name too long), else None: a real failure of the tool."""
     if isinstance(exc, OSError) and exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):
         what = "loops through symbolic links" if exc.errno == errno.ELOOP else "is too long"
-        return f"the path {exc.filename!r} {what}; try another path" if exc.filename else f"a path {what}; try another path"
-    if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop"):  # pathlib's resolve() before 3.13
+        return (
+            f"the path {exc.filename!r} {what}; try another path"
+            if exc.filename
+            else f"a path {what}; try another path"
+        )
+    if isinstance(exc, RuntimeError) and str(exc).startswith(
+        "Symlink loop"
+    ):  # pathlib's resolve() before 3.13
         return f"{exc}; try another path"
     return None
 
@@ -352,7 +406,9 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterato
     import uvicorn
 
     port = port or free_port(host)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

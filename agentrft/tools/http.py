@@ -53,12 +53,22 @@ def _tls() -> ssl.SSLContext:
 
 def new_client(max_connections: int = 64) -> httpx.AsyncClient:
     """One pooled client per event loop, shared by all tools and endpoint graders."""
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
     return httpx.AsyncClient(limits=limits, follow_redirects=False, verify=_tls())
 
 
-async def _post_once(client: httpx.AsyncClient, url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> tuple[int, bytes]:
-    async with client.stream("POST", url, content=body, headers={**headers, "content-type": "application/json"}, timeout=timeout) as resp:
+async def _post_once(
+    client: httpx.AsyncClient, url: str, body: bytes, headers: Mapping[str, str], timeout: float
+) -> tuple[int, bytes]:
+    async with client.stream(
+        "POST",
+        url,
+        content=body,
+        headers={**headers, "content-type": "application/json"},
+        timeout=timeout,
+    ) as resp:
         declared = resp.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_PAYLOAD_BYTES:
             raise PayloadTooLarge(int(declared))
@@ -93,7 +103,9 @@ async def post_with_retries(
         if attempt:
             await asyncio.sleep(backoff_s * 2 ** (attempt - 1))
         try:
-            async with asyncio.timeout(timeout):  # one deadline per attempt, however the bytes arrive
+            async with asyncio.timeout(
+                timeout
+            ):  # one deadline per attempt, however the bytes arrive
                 status, data = await _post_once(client, url, body, headers, timeout)
         except (httpx.TimeoutException, TimeoutError):
             reason = f"timed out after {timeout:g}s"
@@ -135,7 +147,9 @@ class HttpTool:
         self.retries = retries
         self.backoff_s = backoff_s
 
-    async def __call__(self, call: ToolCall, trace_id: str, item: Mapping[str, Any], client: httpx.AsyncClient) -> ToolResult:
+    async def __call__(
+        self, call: ToolCall, trace_id: str, item: Mapping[str, Any], client: httpx.AsyncClient
+    ) -> ToolResult:
         payload = {
             "type": "function_call",
             "id": call.id,
@@ -147,18 +161,55 @@ class HttpTool:
         }
         body = json.dumps(payload, ensure_ascii=False).encode()
         if len(body) > MAX_PAYLOAD_BYTES:
-            return ToolResult(call.call_id, call.name, f"Error: the request to {call.name!r} is over 1 MiB and was refused (413). Send smaller arguments.", "refused", request_bytes=len(body))
+            return ToolResult(
+                call.call_id,
+                call.name,
+                f"Error: the request to {call.name!r} is over 1 MiB and was refused (413). Send smaller arguments.",
+                "refused",
+                request_bytes=len(body),
+            )
         t0 = time.perf_counter()
         try:
             reply = await post_with_retries(
-                client, self.spec.server_url, body, headers=self.spec.headers, timeout=self.timeout_s,
-                retries=self.retries, backoff_s=self.backoff_s, error_cls=ToolUnavailable, validate=_function_call_output,
+                client,
+                self.spec.server_url,
+                body,
+                headers=self.spec.headers,
+                timeout=self.timeout_s,
+                retries=self.retries,
+                backoff_s=self.backoff_s,
+                error_cls=ToolUnavailable,
+                validate=_function_call_output,
             )
         except PayloadTooLarge:
-            return ToolResult(call.call_id, call.name, f"Error: the output of {call.name!r} is over 1 MiB and was refused (413).", "refused", time.perf_counter() - t0, 1, len(body))
+            return ToolResult(
+                call.call_id,
+                call.name,
+                f"Error: the output of {call.name!r} is over 1 MiB and was refused (413).",
+                "refused",
+                time.perf_counter() - t0,
+                1,
+                len(body),
+            )
         except ToolUnavailable as exc:
             raise ToolUnavailable(f"tool {call.name!r}: {exc}") from None
         if reply.status >= 400:  # 4xx: the model sees what the server said
             text = reply.body.decode("utf-8", "replace")
-            return ToolResult(call.call_id, call.name, text, "client_error", reply.latency_s, reply.attempts, len(body))
-        return ToolResult(call.call_id, call.name, _function_call_output(reply.body), "ok", reply.latency_s, reply.attempts, len(body))
+            return ToolResult(
+                call.call_id,
+                call.name,
+                text,
+                "client_error",
+                reply.latency_s,
+                reply.attempts,
+                len(body),
+            )
+        return ToolResult(
+            call.call_id,
+            call.name,
+            _function_call_output(reply.body),
+            "ok",
+            reply.latency_s,
+            reply.attempts,
+            len(body),
+        )

@@ -34,19 +34,45 @@ def job_environment(job: Job) -> Iterator[str | None]:
     if env is None:
         yield None
         return
-    with launch_environment(env.app, job.resolve_path(env.dir), env.host, env.port, env.startup_timeout_s, env.env) as url:
+    with launch_environment(
+        env.app, job.resolve_path(env.dir), env.host, env.port, env.startup_timeout_s, env.env
+    ) as url:
         yield url
 
 
 @contextlib.contextmanager
-def launch_environment(app: str, base_dir: Path, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 60.0, env: dict[str, str] | None = None, log_path: Path | None = None) -> Iterator[str]:
+def launch_environment(
+    app: str,
+    base_dir: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    startup_timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+) -> Iterator[str]:
     """Yields the server's base URL (http://host:port). Its output goes to `log_path`
     (default: a temporary file), whose tail is shown if it fails to start."""
     port = port or free_port(host)
-    cmd = [sys.executable, "-m", "uvicorn", app, "--host", host, "--port", str(port), "--app-dir", str(base_dir), "--log-level", "warning", "--no-access-log"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--app-dir",
+        str(base_dir),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
     child_env = {**os.environ, **(env or {})}
     log = open(log_path, "w") if log_path else tempfile.TemporaryFile("w+")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, cwd=base_dir, env=child_env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=base_dir, env=child_env, stdout=log, stderr=subprocess.STDOUT, text=True
+    )
     url = f"http://{host}:{port}"
     try:
         deadline = time.monotonic() + startup_timeout_s
@@ -58,13 +84,17 @@ def launch_environment(app: str, base_dir: Path, host: str = "127.0.0.1", port: 
                 else:
                     log.seek(0)
                     err = log.read()
-                raise ConfigError(f"environment server {app!r} exited at start (code {proc.returncode}):\n{err[-2000:]}")
+                raise ConfigError(
+                    f"environment server {app!r} exited at start (code {proc.returncode}):\n{err[-2000:]}"
+                )
             try:
                 httpx.get(url + "/health", timeout=1.0)
                 break
             except httpx.TransportError:
                 if time.monotonic() > deadline:
-                    raise ConfigError(f"environment server {app!r} did not answer on {url} within {startup_timeout_s:g}s") from None
+                    raise ConfigError(
+                        f"environment server {app!r} did not answer on {url} within {startup_timeout_s:g}s"
+                    ) from None
                 time.sleep(0.1)
         yield url
     finally:

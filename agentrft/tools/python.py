@@ -53,7 +53,15 @@ def import_callable(ref: str, base_dir: str | None = None) -> Callable[..., Any]
 class PythonTool:
     """Picklable: holds the reference, imports the callable lazily in each process."""
 
-    def __init__(self, spec: Any, *, retries: int, backoff_s: float, timeout_s: float, base_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: Any,
+        *,
+        retries: int,
+        backoff_s: float,
+        timeout_s: float,
+        base_dir: str | None = None,
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.retries = retries
@@ -75,7 +83,9 @@ class PythonTool:
             return await asyncio.wait_for(fn(**kwargs), self.timeout_s)
         return await asyncio.wait_for(asyncio.to_thread(fn, **kwargs), self.timeout_s)
 
-    async def __call__(self, call: ToolCall, trace_id: str, item: Mapping[str, Any], client: Any = None) -> ToolResult:
+    async def __call__(
+        self, call: ToolCall, trace_id: str, item: Mapping[str, Any], client: Any = None
+    ) -> ToolResult:
         fn = self._callable()
         kwargs = json.loads(call.arguments)
         params = inspect.signature(fn).parameters
@@ -91,7 +101,14 @@ class PythonTool:
             try:
                 out = await self._invoke(fn, dict(kwargs))
             except ValueError as exc:  # ToolInputError included: the model's fault
-                return ToolResult(call.call_id, call.name, f"Error: {exc}", "client_error", time.perf_counter() - t0, attempt + 1)
+                return ToolResult(
+                    call.call_id,
+                    call.name,
+                    f"Error: {exc}",
+                    "client_error",
+                    time.perf_counter() - t0,
+                    attempt + 1,
+                )
             except TimeoutError:
                 reason = f"timed out after {self.timeout_s:g}s"
                 continue
@@ -100,6 +117,17 @@ class PythonTool:
                 continue
             text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
             if len(text.encode()) > MAX_PAYLOAD_BYTES:
-                return ToolResult(call.call_id, call.name, f"Error: the output of {call.name!r} is over 1 MiB and was refused (413).", "refused", time.perf_counter() - t0, attempt + 1)
-            return ToolResult(call.call_id, call.name, text, "ok", time.perf_counter() - t0, attempt + 1)
-        raise ToolUnavailable(f"tool {call.name!r} ({self.spec.function}): {reason} (after {self.retries + 1} attempts)")
+                return ToolResult(
+                    call.call_id,
+                    call.name,
+                    f"Error: the output of {call.name!r} is over 1 MiB and was refused (413).",
+                    "refused",
+                    time.perf_counter() - t0,
+                    attempt + 1,
+                )
+            return ToolResult(
+                call.call_id, call.name, text, "ok", time.perf_counter() - t0, attempt + 1
+            )
+        raise ToolUnavailable(
+            f"tool {call.name!r} ({self.spec.function}): {reason} (after {self.retries + 1} attempts)"
+        )

@@ -51,7 +51,9 @@ def check_revision(repo: str, commit: str, field: str = "parent") -> None:
     if not _SHA.match(commit or ""):
         raise RuntimeError(f"item field `{field}` must be a commit hash, got {commit!r}")
     if not repo or not Path(repo).is_dir():
-        raise RuntimeError(f"item field `repo` is not a directory on the environment's machine: {repo!r}")
+        raise RuntimeError(
+            f"item field `repo` is not a directory on the environment's machine: {repo!r}"
+        )
 
 
 def create_workspace(repo: str, commit: str, label: str = "", field: str = "parent") -> Path:
@@ -61,13 +63,21 @@ def create_workspace(repo: str, commit: str, label: str = "", field: str = "pare
     safe = re.sub(r"[^A-Za-z0-9_-]", "_", label)[:64]
     root = Path(tempfile.mkdtemp(prefix=f"agentrft-ws-{safe}-", dir=base)).resolve()
     try:
-        archive = subprocess.Popen(["git", "-C", repo, "archive", "--format=tar", commit], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        tar = subprocess.run(["tar", "-x", "-C", str(root)], stdin=archive.stdout, capture_output=True)
+        archive = subprocess.Popen(
+            ["git", "-C", repo, "archive", "--format=tar", commit],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        tar = subprocess.run(
+            ["tar", "-x", "-C", str(root)], stdin=archive.stdout, capture_output=True
+        )
         assert archive.stdout is not None and archive.stderr is not None
         archive.stdout.close()
         err = archive.stderr.read()
         if archive.wait() != 0 or tar.returncode != 0:
-            raise RuntimeError(f"cannot export {commit} of {repo}: {(err or tar.stderr).decode(errors='replace').strip()}")
+            raise RuntimeError(
+                f"cannot export {commit} of {repo}: {(err or tar.stderr).decode(errors='replace').strip()}"
+            )
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -82,7 +92,9 @@ def trace_workspace(ctx: TraceContext, field: str = "parent") -> Path:
         if ctx.state.get("closed"):
             raise RuntimeError(f"trace {ctx.trace_id} was already cleaned up")
         if "root" not in ctx.state:
-            ctx.state["root"] = create_workspace(str(ctx.item.get("repo") or ""), str(ctx.item.get(field) or ""), ctx.trace_id, field)
+            ctx.state["root"] = create_workspace(
+                str(ctx.item.get("repo") or ""), str(ctx.item.get(field) or ""), ctx.trace_id, field
+            )
         root: Path = ctx.state["root"]
         return root
 
@@ -101,7 +113,9 @@ def confine(root: Path, path: str) -> Path:
         raise ToolInputError("`path` must be a string")
     rel = PurePosixPath(path.strip() or ".")
     if rel.is_absolute() or path.strip().startswith("~"):
-        raise ToolInputError(f"{path!r} is absolute; paths are relative to the repository root, e.g. \"src/app.py\"")
+        raise ToolInputError(
+            f'{path!r} is absolute; paths are relative to the repository root, e.g. "src/app.py"'
+        )
     if ".." in rel.parts:
         raise ToolInputError(f"{path!r} contains `..`; paths stay inside the repository")
     full = (root / rel).resolve()
@@ -120,7 +134,9 @@ def glob_spec(pattern: str | None) -> pathspec.PathSpec | None:
         raise ToolInputError(f"bad glob {pattern!r}: {exc}") from None
 
 
-def iter_files(root: Path, start: Path, spec: pathspec.PathSpec | None) -> Iterator[tuple[str, Path]]:
+def iter_files(
+    root: Path, start: Path, spec: pathspec.PathSpec | None
+) -> Iterator[tuple[str, Path]]:
     """(path relative to `root`, absolute path) of the files under `start`, sorted, whose path
     relative to `start` matches `spec`."""
     if start.is_file():
@@ -131,7 +147,9 @@ def iter_files(root: Path, start: Path, spec: pathspec.PathSpec | None) -> Itera
         dirnames.sort()
         for name in sorted(filenames):
             full = Path(dirpath) / name
-            if spec is None or spec.match_file(full.relative_to(start if start.is_dir() else start.parent).as_posix()):
+            if spec is None or spec.match_file(
+                full.relative_to(start if start.is_dir() else start.parent).as_posix()
+            ):
                 yield full.relative_to(root).as_posix(), full
 
 
@@ -163,14 +181,25 @@ def split_lines(text: str) -> list[str]:
 _LINE_ONLY = re.compile(r"\\[AZzG]|\(\?<?[=!]")
 
 
-def grep_lines(root: Path, start: Path, spec: pathspec.PathSpec | None, rx: Any, deadline: float,
-               line_max_chars: int = LINE_MAX_CHARS, max_bytes: int = MAX_FILE_BYTES) -> Iterator[tuple[str, str]]:
+def grep_lines(
+    root: Path,
+    start: Path,
+    spec: pathspec.PathSpec | None,
+    rx: Any,
+    deadline: float,
+    line_max_chars: int = LINE_MAX_CHARS,
+    max_bytes: int = MAX_FILE_BYTES,
+) -> Iterator[tuple[str, str]]:
     """(path, "path:line: text") for each matching line of the text files under `start`; raises
     TimeoutError once `deadline` (time.monotonic) passes, even inside one slow match.
     A file is first searched whole (one C-level scan; measured 5x faster when nothing matches):
     with MULTILINE and without the constructs of _LINE_ONLY, every line match is also a
     whole-file match, so a file without one is skipped without changing the result."""
-    whole = None if _LINE_ONLY.search(rx.pattern) else regex.compile(rx.pattern, rx.flags | regex.MULTILINE)
+    whole = (
+        None
+        if _LINE_ONLY.search(rx.pattern)
+        else regex.compile(rx.pattern, rx.flags | regex.MULTILINE)
+    )
 
     def left() -> float:
         return max(deadline - time.monotonic(), 0.001)
@@ -187,7 +216,9 @@ def grep_lines(root: Path, start: Path, spec: pathspec.PathSpec | None, rx: Any,
 
 
 # -- the tools' work, on a workspace --------------------------------------------------------
-def list_files_in(root: Path, path: str = ".", pattern: str | None = None, *, max_files: int = LIST_MAX_FILES) -> str:
+def list_files_in(
+    root: Path, path: str = ".", pattern: str | None = None, *, max_files: int = LIST_MAX_FILES
+) -> str:
     start = confine(root, path)
     if not start.exists():
         raise ToolInputError(f"no such directory: {path!r}")
@@ -200,9 +231,19 @@ def list_files_in(root: Path, path: str = ".", pattern: str | None = None, *, ma
     return shown
 
 
-def grep_in(root: Path, pattern: str, path: str = ".", glob: str | None = None, ignore_case: bool = False, files_only: bool = False, *,
-            max_matches: int = GREP_MAX_MATCHES, time_limit_s: float = GREP_TIME_LIMIT_S,
-            line_max_chars: int = LINE_MAX_CHARS, max_bytes: int = MAX_FILE_BYTES) -> str:
+def grep_in(
+    root: Path,
+    pattern: str,
+    path: str = ".",
+    glob: str | None = None,
+    ignore_case: bool = False,
+    files_only: bool = False,
+    *,
+    max_matches: int = GREP_MAX_MATCHES,
+    time_limit_s: float = GREP_TIME_LIMIT_S,
+    line_max_chars: int = LINE_MAX_CHARS,
+    max_bytes: int = MAX_FILE_BYTES,
+) -> str:
     start = confine(root, path)
     if not start.exists():
         raise ToolInputError(f"no such file or directory: {path!r}")
@@ -230,8 +271,16 @@ def grep_in(root: Path, pattern: str, path: str = ".", glob: str | None = None, 
     return "\n".join(matches) + note
 
 
-def read_file_in(root: Path, path: str, start_line: int = 1, end_line: int | None = None, *,
-                 max_lines: int = READ_MAX_LINES, max_chars: int = READ_MAX_CHARS, max_bytes: int = MAX_FILE_BYTES) -> str:
+def read_file_in(
+    root: Path,
+    path: str,
+    start_line: int = 1,
+    end_line: int | None = None,
+    *,
+    max_lines: int = READ_MAX_LINES,
+    max_chars: int = READ_MAX_CHARS,
+    max_bytes: int = MAX_FILE_BYTES,
+) -> str:
     full = confine(root, path)
     if full.is_dir():
         raise ToolInputError(f"{path!r} is a directory; use list_files to see what it holds")
@@ -285,7 +334,7 @@ def revision_index(repo: str, commit: str, field: str = "parent") -> CodeIndex:
 
 def search_in(repo: str, commit: str, query: str, field: str = "parent") -> str:
     if not isinstance(query, str) or not query.strip():
-        raise ToolInputError("`query` must be a non-empty string of words, e.g. \"parse commit log\"")
+        raise ToolInputError('`query` must be a non-empty string of words, e.g. "parse commit log"')
     hits = revision_index(repo, commit, field).search(query)
     if not hits:
         return f"no files match {query!r}; try other words"
@@ -296,55 +345,102 @@ def search_in(repo: str, commit: str, query: str, field: str = "parent") -> str:
 SEARCH_DESCRIPTION = f"Ranked search over the repository's file paths, names and text; returns the {DEFAULT_TOP_K} best-matching files, best first, one numbered line each: N. path  (matches: words)."
 SEARCH_PARAMETERS: dict[str, Any] = {
     "type": "object",
-    "properties": {"query": {"type": "string", "description": "Words to look for, e.g. \"parse commit log\"; any wording works."}},
+    "properties": {
+        "query": {
+            "type": "string",
+            "description": 'Words to look for, e.g. "parse commit log"; any wording works.',
+        }
+    },
     "required": ["query"],
     "additionalProperties": False,
 }
-_PATH = {"type": "string", "description": "Directory or file relative to the repository root (default: the root)."}
-_GLOB = {"type": "string", "description": "Only files matching this glob (relative to `path`), e.g. \"*.py\" or \"tests/**/test_*.py\"."}
+_PATH = {
+    "type": "string",
+    "description": "Directory or file relative to the repository root (default: the root).",
+}
+_GLOB = {
+    "type": "string",
+    "description": 'Only files matching this glob (relative to `path`), e.g. "*.py" or "tests/**/test_*.py".',
+}
 LIST_FILES_DESCRIPTION = f"List the repository's files (at most {LIST_MAX_FILES}), optionally under a directory and matching a glob."
-LIST_FILES_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {"path": _PATH, "pattern": _GLOB}, "additionalProperties": False}
+LIST_FILES_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"path": _PATH, "pattern": _GLOB},
+    "additionalProperties": False,
+}
 GREP_DESCRIPTION = f"Search file contents with a regular expression; returns up to {GREP_MAX_MATCHES} matches as path:line: text (or, with files_only, the paths of up to {GREP_MAX_MATCHES} matching files)."
 GREP_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "pattern": {"type": "string", "description": "Regular expression (Python syntax), e.g. \"def parse_\"."},
+        "pattern": {
+            "type": "string",
+            "description": 'Regular expression (Python syntax), e.g. "def parse_".',
+        },
         "path": _PATH,
         "glob": _GLOB,
-        "ignore_case": {"type": "boolean", "description": "Case-insensitive search (default false)."},
-        "files_only": {"type": "boolean", "description": "Only the paths of matching files, one per line (default false)."},
+        "ignore_case": {
+            "type": "boolean",
+            "description": "Case-insensitive search (default false).",
+        },
+        "files_only": {
+            "type": "boolean",
+            "description": "Only the paths of matching files, one per line (default false).",
+        },
     },
     "required": ["pattern"],
     "additionalProperties": False,
 }
-READ_FILE_DESCRIPTION = f"Read a text file, with line numbers (at most {READ_MAX_LINES} lines per call)."
+READ_FILE_DESCRIPTION = (
+    f"Read a text file, with line numbers (at most {READ_MAX_LINES} lines per call)."
+)
 READ_FILE_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "path": {"type": "string", "description": "File relative to the repository root, e.g. \"src/app.py\"."},
+        "path": {
+            "type": "string",
+            "description": 'File relative to the repository root, e.g. "src/app.py".',
+        },
         "start_line": {"type": "integer", "description": "First line to show (default 1)."},
-        "end_line": {"type": "integer", "description": "Last line to show (default: as many as allowed)."},
+        "end_line": {
+            "type": "integer",
+            "description": "Last line to show (default: as many as allowed).",
+        },
     },
     "required": ["path"],
     "additionalProperties": False,
 }
 
 
-def register_repo_tools(env: ToolServer, field: str = "commit", names: tuple[str, ...] = ("search", "list_files", "grep", "read_file")) -> dict[str, Callable[..., str]]:
+def register_repo_tools(
+    env: ToolServer,
+    field: str = "commit",
+    names: tuple[str, ...] = ("search", "list_files", "grep", "read_file"),
+) -> dict[str, Callable[..., str]]:
     """Serve `names` (of search, list_files, grep, read_file) on `env` over the repository at
     the commit in item field `field` (and item field `repo`), with a workspace per trace
     removed on cleanup. Returns the registered tool functions by name."""
 
     def search(ctx: TraceContext, query: str) -> str:
-        return search_in(str(ctx.item.get("repo") or ""), str(ctx.item.get(field) or ""), query, field)
+        return search_in(
+            str(ctx.item.get("repo") or ""), str(ctx.item.get(field) or ""), query, field
+        )
 
     def list_files(ctx: TraceContext, path: str = ".", pattern: str | None = None) -> str:
         return list_files_in(trace_workspace(ctx, field), path, pattern)
 
-    def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = None, ignore_case: bool = False, files_only: bool = False) -> str:
+    def grep(
+        ctx: TraceContext,
+        pattern: str,
+        path: str = ".",
+        glob: str | None = None,
+        ignore_case: bool = False,
+        files_only: bool = False,
+    ) -> str:
         return grep_in(trace_workspace(ctx, field), pattern, path, glob, ignore_case, files_only)
 
-    def read_file(ctx: TraceContext, path: str, start_line: int = 1, end_line: int | None = None) -> str:
+    def read_file(
+        ctx: TraceContext, path: str, start_line: int = 1, end_line: int | None = None
+    ) -> str:
         return read_file_in(trace_workspace(ctx, field), path, start_line, end_line)
 
     tools: dict[str, tuple[Callable[..., str], str, dict[str, Any]]] = {

@@ -38,7 +38,9 @@ def has_signal(rewards_G: torch.Tensor, tol: float = 1e-9) -> bool:
     return r.numel() >= 2 and float(r.max() - r.min()) > tol
 
 
-def rollouts_with_advantage(groups: Sequence[Group], normalize_std: bool) -> tuple[list[Scored], dict[str, float]]:
+def rollouts_with_advantage(
+    groups: Sequence[Group], normalize_std: bool
+) -> tuple[list[Scored], dict[str, float]]:
     """The rollouts of graded groups that carry a non-zero advantage, ready for the update,
     and how many groups had signal. Discarded and failed-grade rollouts (NaN reward) never
     enter the group statistics."""
@@ -49,7 +51,12 @@ def rollouts_with_advantage(groups: Sequence[Group], normalize_std: bool) -> tup
         if not has_signal(rewards):
             zero_signal += 1
             continue
-        for traj, adv in zip(g.trajectories, group_advantages(rewards, normalize_std).tolist(), strict=True):
+        for traj, adv in zip(
+            g.trajectories, group_advantages(rewards, normalize_std).tolist(), strict=True
+        ):
             if not math.isnan(adv) and adv != 0.0:
                 scored.append(Scored.from_trajectory(traj, adv, group=k))
-    return scored, {"groups/zero_signal": float(zero_signal), "groups/with_signal": float(len(groups) - zero_signal)}
+    return scored, {
+        "groups/zero_signal": float(zero_signal),
+        "groups/with_signal": float(len(groups) - zero_signal),
+    }

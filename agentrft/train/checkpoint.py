@@ -32,7 +32,14 @@ def make_trainable(model: Any, cfg: Train, seed: int) -> Any:
         return model
     from peft import LoraConfig, get_peft_model
 
-    lora = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=list(cfg.lora.target_modules), bias="none", task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, lora)
 
 
@@ -55,7 +62,11 @@ class TrainState:
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
@@ -64,7 +75,9 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(run_dir: Path, model: Any, optimizer: torch.optim.Optimizer, state: TrainState) -> Path:
+def save_checkpoint(
+    run_dir: Path, model: Any, optimizer: torch.optim.Optimizer, state: TrainState
+) -> Path:
     root = run_dir / "checkpoints"
     final = root / f"step-{state.step}"
     tmp = root / f".step-{state.step}.tmp"
@@ -98,7 +111,9 @@ def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer) ->
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        set_peft_model_state_dict(model, load_file(str(path / "adapter" / "adapter_model.safetensors")))
+        set_peft_model_state_dict(
+            model, load_file(str(path / "adapter" / "adapter_model.safetensors"))
+        )
     else:
         from safetensors.torch import load_file
 

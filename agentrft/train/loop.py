@@ -79,9 +79,18 @@ def check_failures(groups: list[Group], step: int, limit: float) -> dict[str, fl
     failed = [gr for g in groups for gr in g.grades if gr is not None and gr.error]
     share = (len(discarded) + len(failed)) / max(1, len(trajs))
     if share > limit:
-        reasons = sorted({(t.discarded or "")[:160] for t in discarded} | {f"grader: {gr.error}" for gr in failed})
-        raise TrainingAborted(f"step {step}: {len(discarded)} rollouts discarded and {len(failed)} grades failed out of {len(trajs)} (> {limit:.0%}). Reasons:\n  " + "\n  ".join(reasons[:10]))
-    return {"rollouts/discarded": float(len(discarded)), "rollouts/grader_errors": float(len(failed))}
+        reasons = sorted(
+            {(t.discarded or "")[:160] for t in discarded}
+            | {f"grader: {gr.error}" for gr in failed}
+        )
+        raise TrainingAborted(
+            f"step {step}: {len(discarded)} rollouts discarded and {len(failed)} grades failed out of {len(trajs)} (> {limit:.0%}). Reasons:\n  "
+            + "\n  ".join(reasons[:10])
+        )
+    return {
+        "rollouts/discarded": float(len(discarded)),
+        "rollouts/grader_errors": float(len(failed)),
+    }
 
 
 @dataclass
@@ -101,7 +110,9 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     """Validate everything first (datasets, grader), then load the model and any checkpoint."""
     train_items = load_dataset(job.training_path)
     val_items = load_dataset(job.validation_path) if job.validation_path else None
-    grader = build_grader(job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits())
+    grader = build_grader(
+        job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits()
+    )
     hp = resolve_hyperparameters(job, len(train_items))
     ext = job.agentrft
     policy = HFPolicy.load(job.model, ext.device, ext.dtype, for_training=True)
@@ -119,12 +130,16 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     return Setup(job, hp, policy, model, optimizer, grader, train_items, val_items, state)
 
 
-def evaluate(s: Setup, settings: RolloutSettings, env_url: str | None, log: RunLog, step: int) -> dict[str, Any]:
+def evaluate(
+    s: Setup, settings: RolloutSettings, env_url: str | None, log: RunLog, step: int
+) -> dict[str, Any]:
     """The held-out evaluation at `step`: rollouts and grades as in training, at the eval
     temperature, summarised by `evaluate/`."""
     assert s.val_items is not None
     ext = s.job.agentrft
-    params = sampling_params(s.job, seed=s.job.seed + 1_000_000 + step, temperature=ext.train.eval_temperature)
+    params = sampling_params(
+        s.job, seed=s.job.seed + 1_000_000 + step, temperature=ext.train.eval_temperature
+    )
     sampler = batched_sampler(s.job, s.policy, params)
     with progress_bar(f"eval at step {step}", len(s.val_items) * s.hp.eval_samples) as advance:
         groups, _ = rollout_groups(s.val_items, s.hp.eval_samples, settings, sampler, advance)
@@ -135,30 +150,44 @@ def evaluate(s: Setup, settings: RolloutSettings, env_url: str | None, log: RunL
 
 def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_dir.chmod(0o700)  # its job, rollouts and checkpoints are its owner's only, however it was started
+    run_dir.chmod(
+        0o700
+    )  # its job, rollouts and checkpoints are its owner's only, however it was started
     s = prepare(job, run_dir, resume)
     hp, ext = s.hp, job.agentrft
     console.print(f"[bold]agentrft train[/] {job.source} -> {run_dir}")
     show_precision(s.policy.precision)
     for name, how in hp.notes.items():
         console.print(f"  {name}: {how}")
-    hyper = {**{k: v for k, v in vars(hp).items() if k != "notes"}, "dtype": s.policy.dtype, "notes": {**hp.notes, "dtype": s.policy.precision.reason}}
+    hyper = {
+        **{k: v for k, v in vars(hp).items() if k != "notes"},
+        "dtype": s.policy.dtype,
+        "notes": {**hp.notes, "dtype": s.policy.precision.reason},
+    }
     (run_dir / "hyperparameters.json").write_text(json.dumps(hyper, indent=2))
     log = RunLog(run_dir, resume_from_step=s.state.step if resume else None)
     ucfg = update_config(job, bf16=s.policy.dtype == "bf16")
     with job_environment(job) as env_url:
-        settings = settings_from_job(job, s.policy, env_url, s.grader)  # the grader's tool budget caps calls
+        settings = settings_from_job(
+            job, s.policy, env_url, s.grader
+        )  # the grader's tool budget caps calls
         if s.val_items and s.state.step == 0:
             res = evaluate(s, settings, env_url, log, 0)
             log.log(0, {"eval": res})
-            console.print(f"step 0 eval: reward {res['reward']['mean']:.3f}  tool calls p50 {res['tool_calls']['p50']:.0f} p95 {res['tool_calls']['p95']:.1f}")
+            console.print(
+                f"step 0 eval: reward {res['reward']['mean']:.3f}  tool calls p50 {res['tool_calls']['p50']:.0f} p95 {res['tool_calls']['p95']:.1f}"
+            )
         for step in range(s.state.step, hp.total_steps):
             t0 = time.perf_counter()
             # 1. rows
             rows = batch_rows(s.train_items, hp, step, job.seed)
             # 2. rollouts
-            sampler = batched_sampler(job, s.policy, sampling_params(job, seed=job.seed * 100_003 + step))
-            with progress_bar(f"step {step + 1}/{hp.total_steps} rollouts", len(rows) * hp.group_size) as advance:
+            sampler = batched_sampler(
+                job, s.policy, sampling_params(job, seed=job.seed * 100_003 + step)
+            )
+            with progress_bar(
+                f"step {step + 1}/{hp.total_steps} rollouts", len(rows) * hp.group_size
+            ) as advance:
                 groups, sampling = rollout_groups(rows, hp.group_size, settings, sampler, advance)
             # 3. grades
             groups, grading = grade_rollouts(groups, s.grader, env_url)
@@ -174,14 +203,24 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             s.state.step = step + 1
             trajs = [t for g in groups for t in g.trajectories]
             metrics: dict[str, Any] = {
-                **reward_stats(groups), **failures, **adv_stats, **upd, **sampling, **grading,
-                "rollouts": summarize(trajs), "time/step_s": time.perf_counter() - t0,
+                **reward_stats(groups),
+                **failures,
+                **adv_stats,
+                **upd,
+                **sampling,
+                **grading,
+                "rollouts": summarize(trajs),
+                "time/step_s": time.perf_counter() - t0,
                 **sampler.metrics(),
                 "epoch": step // hp.steps_per_epoch,
             }
             log.rollouts(f"step-{s.state.step}", graded_records(groups, step=s.state.step))
             # 6. eval
-            if s.val_items and hp.eval_interval and (s.state.step % hp.eval_interval == 0 or s.state.step == hp.total_steps):
+            if (
+                s.val_items
+                and hp.eval_interval
+                and (s.state.step % hp.eval_interval == 0 or s.state.step == hp.total_steps)
+            ):
                 metrics["eval"] = evaluate(s, settings, env_url, log, s.state.step)
             log.log(s.state.step, metrics)
             # 7. checkpoint, after the step's metrics are on disk: a kill between the two loses
@@ -216,8 +255,18 @@ def start(job_path: str, run_dir: str | None = None, resume: str | None = None) 
         return train(_resumed_job(rd, job_path), rd, resume=True)
     job = load_job(job_path)
     rd = new_output_dir(run_dir, "train", job.agentrft.output_dir)
-    (rd / "job.json").write_text(json.dumps(redact_job(job.model_dump(mode="json")), indent=2))  # no secrets on disk
-    (rd / "run.json").write_text(json.dumps({"job_source": str(Path(job_path).resolve()), "base_dir": str(job.resolve_path(".").resolve()), "model": job.model}))
+    (rd / "job.json").write_text(
+        json.dumps(redact_job(job.model_dump(mode="json")), indent=2)
+    )  # no secrets on disk
+    (rd / "run.json").write_text(
+        json.dumps(
+            {
+                "job_source": str(Path(job_path).resolve()),
+                "base_dir": str(job.resolve_path(".").resolve()),
+                "model": job.model,
+            }
+        )
+    )
     return train(job, rd)
 
 
@@ -225,7 +274,9 @@ def _resumed_job(rd: Path, job_path: str | None) -> Job:
     """The job of run `rd`. Its job.json has no secrets, so they come from the job file again
     (`job_path`, else the file the run started from) when it still matches."""
     if not (rd / "run.json").is_file() or not (rd / "job.json").is_file():
-        raise ConfigError(f"{rd}: not a training run directory (no run.json and job.json); give the folder `agentrft train` wrote, e.g. --resume runs/train-20250101-120000")
+        raise ConfigError(
+            f"{rd}: not a training run directory (no run.json and job.json); give the folder `agentrft train` wrote, e.g. --resume runs/train-20250101-120000"
+        )
     meta = json.loads((rd / "run.json").read_text())
     stored = json.loads((rd / "job.json").read_text())
     source_path = Path(job_path or meta["job_source"])
@@ -234,7 +285,9 @@ def _resumed_job(rd: Path, job_path: str | None) -> Job:
         with contextlib.suppress(ConfigError):
             source = load_job(source_path)
     try:
-        data = restore_secrets(stored, None if source is None else source.model_dump(mode="json"), str(rd / "job.json"))
+        data = restore_secrets(
+            stored, None if source is None else source.model_dump(mode="json"), str(rd / "job.json")
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if source is not None and data is not stored:

@@ -30,7 +30,11 @@ class RunLog:
         self.metrics_path = run_dir / "metrics.jsonl"
         if resume_from_step is not None and self.metrics_path.exists():
             # drop lines written after the checkpoint we resume from: they will be redone
-            kept = [ln for ln in self.metrics_path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= resume_from_step]
+            kept = [
+                ln
+                for ln in self.metrics_path.read_text().splitlines()
+                if ln.strip() and json.loads(ln).get("step", 0) <= resume_from_step
+            ]
             self.metrics_path.write_text("".join(ln + "\n" for ln in kept))
         from tensorboardX import SummaryWriter
 
@@ -54,4 +58,8 @@ class RunLog:
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "metrics.jsonl"
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+    return (
+        [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+        if path.exists()
+        else []
+    )

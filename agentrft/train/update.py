@@ -46,7 +46,9 @@ class Scored:
     @classmethod
     def from_trajectory(cls, traj: Trajectory, advantage: float, group: int = 0) -> Scored:
         targets = [t for t, o in enumerate(traj.origins) if o == Origin.SAMPLED and t > 0]
-        return cls(list(traj.tokens), targets, [traj.logprobs[t] for t in targets], advantage, group)
+        return cls(
+            list(traj.tokens), targets, [traj.logprobs[t] for t in targets], advantage, group
+        )
 
 
 MIN_SHARED = 16  # shorter shared prefixes are not worth a separate forward pass
@@ -91,10 +93,16 @@ def _parts(model: Any) -> tuple[Any, Any]:
 
 
 def _autocast(enabled: bool, device: torch.device) -> Any:
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+    return (
+        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        if enabled
+        else contextlib.nullcontext()
+    )
 
 
-def token_logprobs(model: Any, items: Sequence[Scored], temperature: float, bf16: bool, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model: Any, items: Sequence[Scored], temperature: float, bf16: bool, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and optionally entropies) of every target token of `items`, flattened in
     order; logits only at the positions that predict a target.
 
@@ -125,7 +133,13 @@ def token_logprobs(model: Any, items: Sequence[Scored], temperature: float, bf16
             shared = decoder(input_ids=head_ids, cache=cache, use_cache=True).last_hidden_state
             cache.reorder_cache(torch.zeros(len(items), dtype=torch.long, device=device))  # type: ignore[arg-type]  # one view per row
             positions = torch.arange(prefix, prefix + width, device=device).expand(len(items), -1)
-            own = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
+            own = decoder(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+            ).last_hidden_state
             hidden = torch.cat([shared.expand(len(items), -1, -1), own], dim=1)
         else:
             hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -143,17 +157,25 @@ def reference_model(model: Any) -> Iterator[Any]:
         with model.disable_adapter():
             yield model
     else:
-        raise ValueError("kl_coef > 0 needs a reference; with full fine-tuning that is not supported yet (use LoRA)")
+        raise ValueError(
+            "kl_coef > 0 needs a reference; with full fine-tuning that is not supported yet (use LoRA)"
+        )
 
 
-def update_policy(model: Any, optimizer: torch.optim.Optimizer, items: Sequence[Scored], cfg: UpdateConfig) -> dict[str, float]:
+def update_policy(
+    model: Any, optimizer: torch.optim.Optimizer, items: Sequence[Scored], cfg: UpdateConfig
+) -> dict[str, float]:
     """One RL update on `items` (rollouts with non-zero advantage). Returns metrics."""
     t0 = time.perf_counter()
     device = next(model.parameters()).device
     n_tokens = sum(len(it.targets) for it in items)
     if not items or n_tokens == 0:
         return {"update/skipped": 1.0}
-    normalizer = float(len(items) * cfg.max_tokens_per_episode) if cfg.loss.variant == "dr_grpo" else float(n_tokens)
+    normalizer = (
+        float(len(items) * cfg.max_tokens_per_episode)
+        if cfg.loss.variant == "dr_grpo"
+        else float(n_tokens)
+    )
     batches = micro_batches(items, cfg.micro_batch_tokens)
 
     def flat(values: Sequence[float] | list[list[float]]) -> torch.Tensor:
@@ -171,12 +193,21 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, items: Sequence[
                 with reference_model(model) as ref_model:
                     ref[k] = token_logprobs(ref_model, sub, cfg.temperature, cfg.bf16)[0]
     model.train()
-    stats = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0, "sampler_drift": 0.0, "grad_norm": 0.0}
+    stats = {
+        "loss": 0.0,
+        "clipped": 0.0,
+        "kl": 0.0,
+        "entropy": 0.0,
+        "sampler_drift": 0.0,
+        "grad_norm": 0.0,
+    }
     for epoch in range(cfg.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
         for k, idx in enumerate(batches):
             sub = [items[i] for i in idx]
-            logp, entropy = token_logprobs(model, sub, cfg.temperature, cfg.bf16, with_entropy=epoch == 0)
+            logp, entropy = token_logprobs(
+                model, sub, cfg.temperature, cfg.bf16, with_entropy=epoch == 0
+            )
             adv = flat([it.advantage for it in sub for _ in it.targets])
             old_logp = old[k] if cfg.ppo_epochs > 1 else logp.detach()
             parts = policy_loss(logp, old_logp, adv, normalizer, cfg.loss, ref.get(k))
@@ -199,7 +230,8 @@ def update_policy(model: Any, optimizer: torch.optim.Optimizer, items: Sequence[
         "train/entropy": stats["entropy"] / n_tokens,
         "train/clip_fraction": stats["clipped"] / n_tokens,
         "train/kl": stats["kl"] / n_tokens,
-        "train/logprob_drift_vs_sampler": stats["sampler_drift"] / n_tokens,  # mean |train - sampler| log-prob
+        "train/logprob_drift_vs_sampler": stats["sampler_drift"]
+        / n_tokens,  # mean |train - sampler| log-prob
         "train/grad_norm": stats["grad_norm"],
         "train/tokens": float(n_tokens),
         "train/rollouts": float(len(items)),

@@ -9,14 +9,20 @@ from pathlib import Path
 
 from agentrft.tools.envkit import ToolInputError, ToolServer
 
-PEOPLE = {p["name"].lower(): p for p in json.loads((Path(__file__).parent / "people.json").read_text())}
+PEOPLE = {
+    p["name"].lower(): p for p in json.loads((Path(__file__).parent / "people.json").read_text())
+}
 
 env = ToolServer("directory")
 
 
 @env.tool(
     description="Look up an employee by full name: extension, office, team and manager.",
-    parameters={"type": "object", "properties": {"name": {"type": "string", "description": "Full name, e.g. Ada Quint"}}, "required": ["name"]},
+    parameters={
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "Full name, e.g. Ada Quint"}},
+        "required": ["name"],
+    },
 )
 def lookup_employee(ctx, name: str) -> str:
     person = PEOPLE.get(" ".join(name.split()).lower())

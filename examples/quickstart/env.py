@@ -35,7 +35,9 @@ env = ToolServer("quickstart")
 def lookup_country(ctx, country: str) -> str:
     facts = COUNTRIES.get(country.strip().lower())
     if facts is None:
-        raise ToolInputError(f"unknown country {country!r}; known: {', '.join(sorted(c.title() for c in COUNTRIES))}")
+        raise ToolInputError(
+            f"unknown country {country!r}; known: {', '.join(sorted(c.title() for c in COUNTRIES))}"
+        )
     return ", ".join(f"{k}: {v}" for k, v in facts.items())
 
 

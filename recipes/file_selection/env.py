@@ -56,7 +56,9 @@ env.on_cleanup(rw.remove_workspace)
 # -- tools ----------------------------------------------------------------------------------
 @env.tool(description=rw.SEARCH_DESCRIPTION, parameters=rw.SEARCH_PARAMETERS)
 def search(ctx: TraceContext, query: str) -> str:
-    return rw.search_in(str(ctx.item.get("repo") or ""), str(ctx.item.get("parent") or ""), query, "parent")
+    return rw.search_in(
+        str(ctx.item.get("repo") or ""), str(ctx.item.get("parent") or ""), query, "parent"
+    )
 
 
 @env.tool(description=rw.LIST_FILES_DESCRIPTION, parameters=rw.LIST_FILES_PARAMETERS)
@@ -65,14 +67,41 @@ def list_files(ctx: TraceContext, path: str = ".", pattern: str | None = None) -
 
 
 @env.tool(description=rw.GREP_DESCRIPTION, parameters=rw.GREP_PARAMETERS)
-def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = None, ignore_case: bool = False, files_only: bool = False) -> str:
-    return rw.grep_in(workspace(ctx), pattern, path, glob, ignore_case, files_only, max_matches=GREP_MAX_MATCHES,
-                      time_limit_s=GREP_TIME_LIMIT_S, line_max_chars=LINE_MAX_CHARS, max_bytes=MAX_FILE_BYTES)
+def grep(
+    ctx: TraceContext,
+    pattern: str,
+    path: str = ".",
+    glob: str | None = None,
+    ignore_case: bool = False,
+    files_only: bool = False,
+) -> str:
+    return rw.grep_in(
+        workspace(ctx),
+        pattern,
+        path,
+        glob,
+        ignore_case,
+        files_only,
+        max_matches=GREP_MAX_MATCHES,
+        time_limit_s=GREP_TIME_LIMIT_S,
+        line_max_chars=LINE_MAX_CHARS,
+        max_bytes=MAX_FILE_BYTES,
+    )
 
 
 @env.tool(description=rw.READ_FILE_DESCRIPTION, parameters=rw.READ_FILE_PARAMETERS)
-def read_file(ctx: TraceContext, path: str, start_line: int = 1, end_line: int | None = None) -> str:
-    return rw.read_file_in(workspace(ctx), path, start_line, end_line, max_lines=READ_MAX_LINES, max_chars=READ_MAX_CHARS, max_bytes=MAX_FILE_BYTES)
+def read_file(
+    ctx: TraceContext, path: str, start_line: int = 1, end_line: int | None = None
+) -> str:
+    return rw.read_file_in(
+        workspace(ctx),
+        path,
+        start_line,
+        end_line,
+        max_lines=READ_MAX_LINES,
+        max_chars=READ_MAX_CHARS,
+        max_bytes=MAX_FILE_BYTES,
+    )
 
 
 # -- grader ---------------------------------------------------------------------------------
@@ -91,7 +120,10 @@ def parse_paths(answer: str) -> list[str]:
                 return [p.strip().removeprefix("./") for p in items if p.strip()]
         except json.JSONDecodeError:
             pass
-    paths = (_BULLET.sub("", line).strip().strip("`'\",").removeprefix("./") for line in text.splitlines())
+    paths = (
+        _BULLET.sub("", line).strip().strip("`'\",").removeprefix("./")
+        for line in text.splitlines()
+    )
     return [p for p in paths if p]
 
 
@@ -106,7 +138,11 @@ def file_f1(predicted: list[str], expected: list[str]) -> float:
 
 @env.grader
 def grade(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> dict[str, float]:
-    return {"score": file_f1(parse_paths(str(sample.get("output_text") or "")), list(item.get("files") or []))}
+    return {
+        "score": file_f1(
+            parse_paths(str(sample.get("output_text") or "")), list(item.get("files") or [])
+        )
+    }
 
 
 app = env.app

@@ -32,13 +32,17 @@ from agentrft.train.observe import read_metrics
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 PINNED_REV = "73d01a1e19d177ebfeb23dbff07d1f6e107b01e8"  # the code the questions are about: every clone builds the same rows
-INCLUDE = ("agentrft/",)  # questions about the package's code (tests, benchmarks and recipes left out)
+INCLUDE = (
+    "agentrft/",
+)  # questions about the package's code (tests, benchmarks and recipes left out)
 VAL_ROWS = 24  # held-out questions evaluated, spread over the validation file
 EVAL_SAMPLES = 2  # rollouts per held-out question, before and after
 PREFLIGHT_ROWS, PREFLIGHT_K = 6, 8
 TAIL_CALLS = 4  # a rollout with more calls than this is in the tail the budget should remove
 
-_file_selection = recipes.load("file_selection")  # demo_job (the job pointed at the demo's data) and calls_per_turn
+_file_selection = recipes.load(
+    "file_selection"
+)  # demo_job (the job pointed at the demo's data) and calls_per_turn
 
 
 def recall_of(record: dict[str, Any]) -> float | None:
@@ -73,8 +77,13 @@ def headline(res: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, fl
         "tool calls p50": calls["p50"],
         "tool calls p95": calls["p95"],
         "tool calls max": calls["max"],
-        f"share with > {TAIL_CALLS} calls": sum(r.get("num_tool_calls", 0) > TAIL_CALLS for r in kept) / max(1, len(kept)),
-        "tokens sent to tools": distribution([float(record_tool_call_tokens(r)) for r in kept])["mean"],
+        f"share with > {TAIL_CALLS} calls": sum(
+            r.get("num_tool_calls", 0) > TAIL_CALLS for r in kept
+        )
+        / max(1, len(kept)),
+        "tokens sent to tools": distribution([float(record_tool_call_tokens(r)) for r in kept])[
+            "mean"
+        ],
         "sampled tokens per rollout": res["sampled_tokens"]["mean"],
         "tool calls per turn": _file_selection.calls_per_turn(kept),
         "invalid tool calls": float(res["invalid_tool_calls"]),
@@ -86,8 +95,10 @@ def per_row_recall(before: list[dict[str, Any]], after: list[dict[str, Any]]) ->
     a, b = recall_by_row(before), recall_by_row(after)
     rows = sorted(set(a) & set(b))
     diff = paired_difference([b[r] - a[r] for r in rows])
-    return {"rows": {str(r): {"before": a[r], "after": b[r]} for r in rows},
-            "difference": {"mean": diff.mean, "low": diff.low, "high": diff.high, "n": diff.n}}
+    return {
+        "rows": {str(r): {"before": a[r], "after": b[r]} for r in rows},
+        "difference": {"mean": diff.mean, "low": diff.low, "high": diff.high, "n": diff.n},
+    }
 
 
 def spread(items: list[Any], n: int) -> list[Any]:
@@ -105,10 +116,16 @@ def show_best_rollout(records: list[dict[str, Any]], label: str) -> None:
     best = max(with_calls, key=lambda r: r["reward"])
     messages = best["messages"]
     start = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    show_messages(messages[start:], f"{label}: best rollout with a tool call  reward={best['reward']:.3f}  facts: {best['item'].get('facts')}", max_chars=600)
+    show_messages(
+        messages[start:],
+        f"{label}: best rollout with a tool call  reward={best['reward']:.3f}  facts: {best['item'].get('facts')}",
+        max_chars=600,
+    )
 
 
-def run(out: Path, steps: int | None = None, seed: int | None = None, job_path: Path | None = None) -> dict[str, Any]:
+def run(
+    out: Path, steps: int | None = None, seed: int | None = None, job_path: Path | None = None
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -118,72 +135,116 @@ def run(out: Path, steps: int | None = None, seed: int | None = None, job_path: 
     for line in report.lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     if report.train < PREFLIGHT_ROWS or report.val < 2:
-        raise ConfigError(f"{REPO}: too few questions for the demo ({report.train} train / {report.val} val rows)")
-    job = _file_selection.demo_job(out / "data", out, steps, seed, job_path.resolve() if job_path else HERE / "job.yaml")
+        raise ConfigError(
+            f"{REPO}: too few questions for the demo ({report.train} train / {report.val} val rows)"
+        )
+    job = _file_selection.demo_job(
+        out / "data", out, steps, seed, job_path.resolve() if job_path else HERE / "job.yaml"
+    )
     train_items = load_dataset(out / "data/train.jsonl")
     val_items = spread(load_dataset(out / "data/val.jsonl"), VAL_ROWS)
 
-    console.rule(f"2/6 baseline: the base model on {len(val_items)} held-out questions x {EVAL_SAMPLES}")
-    before = evaluate_model(job, val_items, EVAL_SAMPLES, "base", out / "baseline", label="baseline")
+    console.rule(
+        f"2/6 baseline: the base model on {len(val_items)} held-out questions x {EVAL_SAMPLES}"
+    )
+    before = evaluate_model(
+        job, val_items, EVAL_SAMPLES, "base", out / "baseline", label="baseline"
+    )
     console.print(summary_table(before, title="baseline"))
 
     console.rule(f"3/6 pre-flight: {PREFLIGHT_ROWS} training questions x {PREFLIGHT_K}")
     rep = preflight_job(job, train_items[:PREFLIGHT_ROWS], PREFLIGHT_K, out / "preflight")
     print_preflight(rep)
     if rep["verdict"] in ("broken", "no_reward"):
-        raise ConfigError(f"pre-flight verdict {rep['verdict']!r}: training would learn nothing; see {out / 'preflight'} and the advice above")
+        raise ConfigError(
+            f"pre-flight verdict {rep['verdict']!r}: training would learn nothing; see {out / 'preflight'} and the advice above"
+        )
 
     console.rule("4/6 train")
     run_dir = train(job, out / "run")
 
     console.rule("5/6 the trained model on the same held-out questions")
-    after = evaluate_model(job, val_items, EVAL_SAMPLES, str(run_dir), out / "trained", label="trained")
+    after = evaluate_model(
+        job, val_items, EVAL_SAMPLES, str(run_dir), out / "trained", label="trained"
+    )
     console.print(summary_table(after, title="trained"))
 
     console.rule("6/6 compare")
     print_compare(before, after, "base", "trained")
-    base_records, trained_records = read_jsonl(out / "baseline/rollouts.jsonl"), read_jsonl(out / "trained/rollouts.jsonl")
+    base_records, trained_records = (
+        read_jsonl(out / "baseline/rollouts.jsonl"),
+        read_jsonl(out / "trained/rollouts.jsonl"),
+    )
     a, b = headline(before, base_records), headline(after, trained_records)
     paired = per_row_recall(base_records, trained_records)
-    summary = {"before": a, "after": b, "preflight": {k: rep[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
-               "job": str(job.source), "steps": len(read_metrics(run_dir)), "seed": job.seed,
-               "rows": {"train": len(train_items), "val": len(val_items)}, "per_row_fact_recall": paired,
-               "wall_s": time.perf_counter() - t0}
+    summary = {
+        "before": a,
+        "after": b,
+        "preflight": {k: rep[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
+        "job": str(job.source),
+        "steps": len(read_metrics(run_dir)),
+        "seed": job.seed,
+        "rows": {"train": len(train_items), "val": len(val_items)},
+        "per_row_fact_recall": paired,
+        "wall_s": time.perf_counter() - t0,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    page = write_report(out / "report.html", metrics=read_metrics(run_dir),
-                        before={"summary": before, "rollouts": base_records},
-                        after={"summary": after, "rollouts": trained_records},
-                        rollouts=trained_records, title="agentrft demo: repository research")
+    page = write_report(
+        out / "report.html",
+        metrics=read_metrics(run_dir),
+        before={"summary": before, "rollouts": base_records},
+        after={"summary": after, "rollouts": trained_records},
+        rollouts=trained_records,
+        title="agentrft demo: repository research",
+    )
     show_best_rollout(trained_records, "trained model, held-out question")
     width = max(map(len, a)) + 2
     console.print(f"\n{'held-out questions':<{width}}{'base':>10}{'trained':>10}")
     for k in a:
         console.print(f"{k:<{width}}{a[k]:>10.3f}{b[k]:>10.3f}")
     d = paired["difference"]
-    console.print(f"\nfact recall, trained - base, per held-out question: {d['mean']:+.3f} (95% interval {d['low']:+.3f} .. {d['high']:+.3f}, {d['n']} questions)")
+    console.print(
+        f"\nfact recall, trained - base, per held-out question: {d['mean']:+.3f} (95% interval {d['low']:+.3f} .. {d['high']:+.3f}, {d['n']} questions)"
+    )
     console.print(f"\nreport: {page}\nall outputs: {out}   ({summary['wall_s'] / 60:.1f} min)")
     return summary
 
 
-def run_seeds(out: Path, seeds: list[int], steps: int | None = None, job_path: Path | None = None) -> dict[str, Any]:
+def run_seeds(
+    out: Path, seeds: list[int], steps: int | None = None, job_path: Path | None = None
+) -> dict[str, Any]:
     """The whole demo once per seed (out/seed-N), then the mean fact-recall gain with a 95%
     interval over all per-question differences."""
     per_seed = {}
     for i, seed in enumerate(seeds):
         console.rule(f"[bold]seed {seed} ({i + 1} of {len(seeds)})")
         per_seed[seed] = run(out / f"seed-{seed}", steps=steps, seed=seed, job_path=job_path)
-    diffs = [r["after"] - r["before"] for s in per_seed.values() for r in s["per_row_fact_recall"]["rows"].values()]
+    diffs = [
+        r["after"] - r["before"]
+        for s in per_seed.values()
+        for r in s["per_row_fact_recall"]["rows"].values()
+    ]
     pooled = paired_difference(diffs)
     console.rule("all seeds: fact recall and tool calls on the held-out questions")
-    console.print(f"{'seed':>6}{'recall base':>13}{'trained':>10}{'p95 calls base':>16}{'trained':>10}")
+    console.print(
+        f"{'seed':>6}{'recall base':>13}{'trained':>10}{'p95 calls base':>16}{'trained':>10}"
+    )
     for seed, s in per_seed.items():
-        console.print(f"{seed:>6}{s['before']['fact recall']:>13.3f}{s['after']['fact recall']:>10.3f}"
-                      f"{s['before']['tool calls p95']:>16.1f}{s['after']['tool calls p95']:>10.1f}")
+        console.print(
+            f"{seed:>6}{s['before']['fact recall']:>13.3f}{s['after']['fact recall']:>10.3f}"
+            f"{s['before']['tool calls p95']:>16.1f}{s['after']['tool calls p95']:>10.1f}"
+        )
     mean_a = sum(s["before"]["fact recall"] for s in per_seed.values()) / len(per_seed)
     mean_b = sum(s["after"]["fact recall"] for s in per_seed.values()) / len(per_seed)
-    console.print(f"mean recall {mean_a:.3f} -> {mean_b:.3f}, gain {pooled.mean:+.3f} (95% interval {pooled.low:+.3f} .. {pooled.high:+.3f}, {pooled.n} question differences)")
-    result = {"seeds": {str(k): v for k, v in per_seed.items()}, "before": mean_a, "after": mean_b,
-              "gain": {"mean": pooled.mean, "low": pooled.low, "high": pooled.high, "n": pooled.n}}
+    console.print(
+        f"mean recall {mean_a:.3f} -> {mean_b:.3f}, gain {pooled.mean:+.3f} (95% interval {pooled.low:+.3f} .. {pooled.high:+.3f}, {pooled.n} question differences)"
+    )
+    result = {
+        "seeds": {str(k): v for k, v in per_seed.items()},
+        "before": mean_a,
+        "after": mean_b,
+        "gain": {"mean": pooled.mean, "low": pooled.low, "high": pooled.high, "n": pooled.n},
+    }
     (out / "seeds.json").write_text(json.dumps(result, indent=2))
     console.print(f"wrote {out / 'seeds.json'}")
     return result

@@ -17,7 +17,10 @@ SCORE = {
     "name": "judge",
     "model": "o4-mini-2025-04-16",  # an OpenAI grader JSON, unchanged: the judge config maps it
     "input": [
-        {"role": "system", "content": "You grade answers. Give 1 if the answer matches the reference, else 0."},
+        {
+            "role": "system",
+            "content": "You grade answers. Give 1 if the answer matches the reference, else 0.",
+        },
         {"role": "user", "content": "Reference: {{item.answer}}\nAnswer: {{sample.output_text}}"},
     ],
     "range": [0, 1],
@@ -49,7 +52,12 @@ def test_local_judge_runs_in_process_and_is_deterministic(judged) -> None:
 
 def test_local_judge_batches_concurrent_calls(judged) -> None:
     async def main():
-        return await asyncio.gather(*(judged.agrade(sample_from_text(a), {"answer": "Paris"}) for a in ("Paris", "Lyon", "Rome", "paris")))
+        return await asyncio.gather(
+            *(
+                judged.agrade(sample_from_text(a), {"answer": "Paris"})
+                for a in ("Paris", "Lyon", "Rome", "paris")
+            )
+        )
 
     for grade in asyncio.run(main()):
         check_grade(grade)
@@ -59,7 +67,9 @@ def test_local_judge_batches_concurrent_calls(judged) -> None:
 
 def test_prefill_gets_a_score_out_of_a_small_local_judge() -> None:
     """The 135M model ignores the JSON instruction; with the reply prefilled it writes a number."""
-    g = build_grader(SCORE, judge={"model": "smollm2-135m-instruct", "dtype": "fp32", "prefill": '{"result": '})
+    g = build_grader(
+        SCORE, judge={"model": "smollm2-135m-instruct", "dtype": "fp32", "prefill": '{"result": '}
+    )
     grade = g.grade(sample_from_text("Paris"), {"answer": "Paris"})
     assert grade.error is None, grade.metrics
     assert grade.metrics["judge_reply"].startswith('{"result": ')
@@ -68,19 +78,38 @@ def test_prefill_gets_a_score_out_of_a_small_local_judge() -> None:
 
 def test_local_label_judge() -> None:
     g = build_grader(
-        {"type": "label_model", "name": "l", "model": "smollm2-135m-instruct", "labels": ["yes", "no"], "passing_labels": ["yes"],
-         "input": [{"role": "user", "content": "Is '{{sample.output_text}}' a city? Answer yes or no."}], "sampling_params": {"max_tokens": 16}},
+        {
+            "type": "label_model",
+            "name": "l",
+            "model": "smollm2-135m-instruct",
+            "labels": ["yes", "no"],
+            "passing_labels": ["yes"],
+            "input": [
+                {"role": "user", "content": "Is '{{sample.output_text}}' a city? Answer yes or no."}
+            ],
+            "sampling_params": {"max_tokens": 16},
+        },
         judge={"dtype": "fp32"},
     )
     grade = g.grade(sample_from_text("Paris"), {})
     if grade.error is None:
-        assert grade.metrics["label"] in ("yes", "no") and grade.score == (1.0 if grade.metrics["label"] == "yes" else 0.0)
+        assert grade.metrics["label"] in ("yes", "no") and grade.score == (
+            1.0 if grade.metrics["label"] == "yes" else 0.0
+        )
     else:
         assert grade.error == "model_grader_parse_error"
 
 
 def test_cosine_with_the_packaged_embedding_model() -> None:
-    g = build_grader({"type": "text_similarity", "name": "c", "input": "{{sample.output_text}}", "reference": "{{item.ref}}", "evaluation_metric": "cosine"})
+    g = build_grader(
+        {
+            "type": "text_similarity",
+            "name": "c",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.ref}}",
+            "evaluation_metric": "cosine",
+        }
+    )
     item = {"ref": "The cat sat on the mat."}
     same = g.grade(sample_from_text("The cat sat on the mat."), item)
     para = g.grade(sample_from_text("A kitten was sitting on the rug."), item)

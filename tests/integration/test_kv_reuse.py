@@ -22,12 +22,19 @@ def policy():  # type: ignore[no-untyped-def]
 
 
 def chat(tok: Any, text: str) -> list[int]:
-    text = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    )
     return list(tok.encode(text, add_special_tokens=False))
 
 
 def tool_turn(tok: Any, output: str) -> list[int]:
-    return list(tok.encode(f"<|im_end|>\n<|im_start|>tool\n{output}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False))
+    return list(
+        tok.encode(
+            f"<|im_end|>\n<|im_start|>tool\n{output}<|im_end|>\n<|im_start|>assistant\n",
+            add_special_tokens=False,
+        )
+    )
 
 
 def test_next_turn_from_the_kept_prefix_matches_a_full_prefill(policy: Any) -> None:
@@ -38,18 +45,25 @@ def test_next_turn_from_the_kept_prefix_matches_a_full_prefill(policy: Any) -> N
     cache = PrefixCache(1 << 30, memory_available=lambda: None)
 
     # turn 1: two rollouts share the long prompt (prefilled once), one has the short one
-    first = policy.sample([long, long, short], params, seeds=[1, 2, 3], cache=cache, cache_keys=["a", "b", "c"])
+    first = policy.sample(
+        [long, long, short], params, seeds=[1, 2, 3], cache=cache, cache_keys=["a", "b", "c"]
+    )
     assert len(cache) == 3 and cache.stats.prefill_tokens == len(long) + len(short)
     # turn 2: each rollout's context grows by its reply and a tool output of its own length;
     # a new rollout with a fresh prompt joins the batch
     outputs = ["src/auth/login.py\nsrc/auth/session.py", "no matches", "README.md " * 8]
-    nxt = [p + list(c.tokens) + tool_turn(tok, o) for p, c, o in zip([long, long, short], first, outputs, strict=True)]
+    nxt = [
+        p + list(c.tokens) + tool_turn(tok, o)
+        for p, c, o in zip([long, long, short], first, outputs, strict=True)
+    ]
     fresh = chat(tok, "What is 2 + 2?")
     prompts = [*nxt, fresh]
     kept = sum(len(p) + len(c.tokens) - 1 for p, c in zip([long, long, short], first, strict=True))
 
     before = cache.stats.prefill_tokens
-    reused = policy.sample(prompts, params, seeds=[4, 5, 6, 7], cache=cache, cache_keys=["a", "b", "c", "d"])
+    reused = policy.sample(
+        prompts, params, seeds=[4, 5, 6, 7], cache=cache, cache_keys=["a", "b", "c", "d"]
+    )
     full = policy.sample(prompts, params, seeds=[4, 5, 6, 7])
 
     assert cache.stats.reused_tokens == kept
@@ -70,4 +84,6 @@ def test_a_context_that_does_not_extend_the_kept_prefix_is_prefilled_in_full(pol
     other = chat(tok, "Name a fruit.")
     before = cache.stats.prefill_tokens
     out = policy.sample([other], params, cache=cache, cache_keys=["a"])
-    assert cache.stats.prefill_tokens - before == len(other) and out == policy.sample([other], params)
+    assert cache.stats.prefill_tokens - before == len(other) and out == policy.sample(
+        [other], params
+    )

@@ -27,7 +27,9 @@ def test_run_dir_loads_latest_adapter(tmp_path: Path) -> None:
     ids = torch.tensor([base_policy.tokenizer.encode("The capital of France is")])
     base_logits = logits(base_policy.model, ids)
     torch.manual_seed(0)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)  # non-zero B: changes the output
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )  # non-zero B: changes the output
     peft_model = get_peft_model(base_policy.model, config)
     try:
         run = tmp_path / "run"
@@ -42,7 +44,9 @@ def test_run_dir_loads_latest_adapter(tmp_path: Path) -> None:
     got = logits(loaded.model, ids)
     assert not torch.allclose(got, base_logits, atol=1e-3)
     assert torch.allclose(got, expected, atol=1e-3), (got - expected).abs().max()
-    assert loaded.name == str(run) and not hasattr(loaded.model, "peft_config")  # merged for serving
+    assert loaded.name == str(run) and not hasattr(
+        loaded.model, "peft_config"
+    )  # merged for serving
 
 
 def test_a_real_training_run_serves_its_latest_checkpoint(tmp_path: Path, base_policy: Any) -> None:
@@ -59,6 +63,10 @@ def test_a_real_training_run_serves_its_latest_checkpoint(tmp_path: Path, base_p
     assert final.model.config.model_type == "llama"
     shutil.rmtree(run / "final")  # as if training stopped after its checkpoint
     step = load_policy(str(run), dtype="fp32")
-    trained, from_adapter, base = logits(final.model, ids), logits(step.model, ids), logits(base_policy.model, ids)
+    trained, from_adapter, base = (
+        logits(final.model, ids),
+        logits(step.model, ids),
+        logits(base_policy.model, ids),
+    )
     assert torch.allclose(trained, from_adapter, atol=1e-4), (trained - from_adapter).abs().max()
     assert (trained - base).abs().max() > 0  # the step changed the model

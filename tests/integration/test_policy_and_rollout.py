@@ -24,15 +24,30 @@ def policy():
 
 def prompts(policy, texts):
     tok = policy.tokenizer
-    return [tok(tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"] for t in texts]
+    return [
+        tok(
+            tok.apply_chat_template(
+                [{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True
+            ),
+            add_special_tokens=False,
+        )["input_ids"]
+        for t in texts
+    ]
 
 
 def test_batched_greedy_sampling_matches_generate_row_by_row(policy):
-    ps = prompts(policy, ["Name a fruit.", "What is the capital of France? Answer in a long sentence.", "Hi"])
+    ps = prompts(
+        policy, ["Name a fruit.", "What is the capital of France? Answer in a long sentence.", "Hi"]
+    )
     out = policy.sample(ps, SamplingParams(temperature=0, max_tokens=24))
     for p, c in zip(ps, out, strict=True):
-        ref = policy.model.generate(torch.tensor([p]), max_new_tokens=24, do_sample=False, attention_mask=torch.ones(1, len(p), dtype=torch.long))
-        ref_new = ref[0, len(p):].tolist()
+        ref = policy.model.generate(
+            torch.tensor([p]),
+            max_new_tokens=24,
+            do_sample=False,
+            attention_mask=torch.ones(1, len(p), dtype=torch.long),
+        )
+        ref_new = ref[0, len(p) :].tolist()
         assert list(c.tokens) == ref_new[: len(c.tokens)]
         assert c.finish_reason == ("stop" if c.tokens[-1] in policy.stop_token_ids else "length")
 
@@ -50,8 +65,12 @@ def test_sampled_logprobs_match_a_teacher_forced_forward_pass(policy):
 
 def test_seed_makes_sampling_reproducible_and_limits_are_per_row(policy):
     ps = prompts(policy, ["Write a poem.", "Write a list."])
-    a = policy.sample(ps, SamplingParams(temperature=1.0, max_tokens=12, seed=11), max_tokens=[5, 12])
-    b = policy.sample(ps, SamplingParams(temperature=1.0, max_tokens=12, seed=11), max_tokens=[5, 12])
+    a = policy.sample(
+        ps, SamplingParams(temperature=1.0, max_tokens=12, seed=11), max_tokens=[5, 12]
+    )
+    b = policy.sample(
+        ps, SamplingParams(temperature=1.0, max_tokens=12, seed=11), max_tokens=[5, 12]
+    )
     assert a == b
     assert len(a[0].tokens) <= 5 and len(a[1].tokens) <= 12
     # a row's sample with its own seed does not depend on its batch-mates
@@ -68,8 +87,13 @@ def test_gumbel_sampling_follows_the_distribution(policy):
         logits = policy.model(torch.tensor([p])).logits[0, -1].float()
     probs = torch.softmax(logits / 1.5, -1)
     n = 600
-    out = policy.sample([p] * n, SamplingParams(temperature=1.5, max_tokens=1), seeds=list(range(n)))
-    counts = torch.bincount(torch.tensor([c.tokens[0] for c in out]), minlength=probs.numel()).float() / n
+    out = policy.sample(
+        [p] * n, SamplingParams(temperature=1.5, max_tokens=1), seeds=list(range(n))
+    )
+    counts = (
+        torch.bincount(torch.tensor([c.tokens[0] for c in out]), minlength=probs.numel()).float()
+        / n
+    )
     top = probs.topk(3).indices
     assert torch.allclose(counts[top], probs[top], atol=0.06), (counts[top], probs[top])
 
@@ -77,13 +101,17 @@ def test_gumbel_sampling_follows_the_distribution(policy):
 def test_min_tokens_holds_off_stop_tokens_and_stop_strings(policy):
     ps = prompts(policy, ["Reply with one word: yes or no?", "Hi"])
     free = policy.sample(ps, SamplingParams(temperature=0, max_tokens=40))
-    assert all(c.finish_reason == "stop" and len(c.tokens) < 12 for c in free)  # short replies without it
+    assert all(
+        c.finish_reason == "stop" and len(c.tokens) < 12 for c in free
+    )  # short replies without it
     held = policy.sample(ps, SamplingParams(temperature=0, max_tokens=40, min_tokens=12))
     for c in held:
         assert len(c.tokens) >= 12 and not set(c.tokens[:11]) & policy.stop_token_ids
     sentence = prompts(policy, ["Tell me about the sea."])  # a stop string (" ") that comes at once
     (early,) = policy.sample(sentence, SamplingParams(temperature=0, max_tokens=40, stop=(" ",)))
-    (late,) = policy.sample(sentence, SamplingParams(temperature=0, max_tokens=40, stop=(" ",), min_tokens=6))
+    (late,) = policy.sample(
+        sentence, SamplingParams(temperature=0, max_tokens=40, stop=(" ",), min_tokens=6)
+    )
     assert early.stop_text == " " and len(early.tokens) < 6
     assert late.stop_text == " " and len(late.tokens) == 6
 
@@ -137,10 +165,26 @@ def test_rollout_cli_writes_records(tmp_path, capsys):
     from agentrft.cli import main
 
     out = tmp_path / "r"
-    assert main(["rollout", str(ROOT / "examples/quickstart/job.yaml"), "-n", "2", "--rows", "1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "rollout",
+                str(ROOT / "examples/quickstart/job.yaml"),
+                "-n",
+                "2",
+                "--rows",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     recs = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
     assert len(recs) == 2
     for r in recs:
-        assert r["trace_id"].startswith("trace_") and r["stop_reason"] and r["tokens"]["sampled"] > 0
+        assert (
+            r["trace_id"].startswith("trace_") and r["stop_reason"] and r["tokens"]["sampled"] > 0
+        )
         assert r["messages"][-1]["role"] == "assistant"
     assert "rollouts" in capsys.readouterr().out

@@ -17,21 +17,48 @@ from tests.report_data import eval_records, metrics_rows
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+CHROMIUM = (
+    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium, or run `make test`)")
     profile = tmp_path / "profile"
-    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_report_renders_in_chromium(tmp_path: Path) -> None:
-    before, after = eval_records(1, calls_mean=3, reward_p=0.2), eval_records(2, calls_mean=1, reward_p=0.7)
-    page = write_report(tmp_path / "report.html", metrics=metrics_rows(), before=before, after=after, rollouts=after, title="agentrft report")
+    before, after = (
+        eval_records(1, calls_mean=3, reward_p=0.2),
+        eval_records(2, calls_mean=1, reward_p=0.7),
+    )
+    page = write_report(
+        tmp_path / "report.html",
+        metrics=metrics_rows(),
+        before=before,
+        after=after,
+        rollouts=after,
+        title="agentrft report",
+    )
     assert page.read_text().count('<img alt="') == 3
 
     dom = chromium(tmp_path, "--dump-dom", page.as_uri())
@@ -51,5 +78,9 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
     assert share / (1200 * 2400) < 0.9, "the page is (almost) blank"
     # the plots were decoded and drawn: their line and bar colours are on screen
     near = lambda rgb, target: sum(abs(a - b) for a, b in zip(rgb, target, strict=True)) < 40  # noqa: E731
-    assert sum(n for rgb, n in colors.items() if near(rgb, (22, 163, 74))) > 500  # "after" bars (#16a34a)
-    assert sum(n for rgb, n in colors.items() if near(rgb, (31, 119, 180))) > 200  # matplotlib's first line colour
+    assert (
+        sum(n for rgb, n in colors.items() if near(rgb, (22, 163, 74))) > 500
+    )  # "after" bars (#16a34a)
+    assert (
+        sum(n for rgb, n in colors.items() if near(rgb, (31, 119, 180))) > 200
+    )  # matplotlib's first line colour

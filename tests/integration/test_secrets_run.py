@@ -31,22 +31,40 @@ def test_a_successful_run_leaves_no_secret_on_disk(tmp_path: Path) -> None:
         seen.append(ctx.headers)
         return float("apple" in sample.get("output_text", ""))
 
-    rows = [{"messages": [{"role": "user", "content": "Say the word apple."}], "answer": "apple"}] * 2
+    rows = [
+        {"messages": [{"role": "user", "content": "Say the word apple."}], "answer": "apple"}
+    ] * 2
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with serve_in_thread(env.app) as url:
         host = url.split("://", 1)[1]
         job = {
-            "training_file": "train.jsonl", "seed": 3,
-            "method": {"type": "reinforcement", "reinforcement": {
-                "grader": {"type": "endpoint", "name": "env", "url": f"http://{host}/grade?token=grader-query-5",
-                           "headers": {"X-Api-Key": "grader-secret-4"}},
-                "tools": [{"name": "lookup", "description": "Look a word up", "parameters": {"type": "object", "properties": {}},
-                           "server_url": f"http://user:url-pass-2@{host}/tools/lookup?api_key=query-secret-3",
-                           "headers": {"Authorization": "Bearer tool-secret-1"}}],
-                "hyperparameters": {"batch_size": 1, "n_epochs": 1},
-            }},
+            "training_file": "train.jsonl",
+            "seed": 3,
+            "method": {
+                "type": "reinforcement",
+                "reinforcement": {
+                    "grader": {
+                        "type": "endpoint",
+                        "name": "env",
+                        "url": f"http://{host}/grade?token=grader-query-5",
+                        "headers": {"X-Api-Key": "grader-secret-4"},
+                    },
+                    "tools": [
+                        {
+                            "name": "lookup",
+                            "description": "Look a word up",
+                            "parameters": {"type": "object", "properties": {}},
+                            "server_url": f"http://user:url-pass-2@{host}/tools/lookup?api_key=query-secret-3",
+                            "headers": {"Authorization": "Bearer tool-secret-1"},
+                        }
+                    ],
+                    "hyperparameters": {"batch_size": 1, "n_epochs": 1},
+                },
+            },
             "agentrft": {
-                "group_size": 2, "dtype": "fp32", "prefill": '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>',
+                "group_size": 2,
+                "dtype": "fp32",
+                "prefill": '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>',
                 "sampling": {"max_tokens_per_turn": 4, "max_tokens_per_episode": 8},
                 "train": {"max_steps": 1, "checkpoint_interval": 1},
                 "judge": {"headers": {"Authorization": "judge-secret-6"}},

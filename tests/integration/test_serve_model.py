@@ -25,19 +25,30 @@ WEATHER = {
     "function": {
         "name": "get_weather",
         "description": "Get the current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
     },
 }
 
 
 def call(city: str, call_id: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+    }
 
 
 # Two worked examples as real conversation turns; with them the model calls the tool at
 # temperature 0 (checked by hand for Paris, Tokyo and Berlin). Without them it does not.
 FEW_SHOT: list[dict[str, Any]] = [
-    {"role": "system", "content": "You answer weather questions. First call get_weather, then answer."},
+    {
+        "role": "system",
+        "content": "You answer weather questions. First call get_weather, then answer.",
+    },
     {"role": "user", "content": "What is the weather in Rome?"},
     {"role": "assistant", "content": None, "tool_calls": [call("Rome", "call_a")]},
     {"role": "tool", "tool_call_id": "call_a", "content": "sunny, 24 C"},
@@ -54,10 +65,20 @@ class CountingPolicy:
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
-        self.tokenizer, self.stop_token_ids, self.context_window = policy.tokenizer, policy.stop_token_ids, policy.context_window
+        self.tokenizer, self.stop_token_ids, self.context_window = (
+            policy.tokenizer,
+            policy.stop_token_ids,
+            policy.context_window,
+        )
         self.batches: list[int] = []
 
-    def sample(self, prompts: Sequence[Sequence[int]], params: SamplingParams, max_tokens: Sequence[int] | None = None, seeds: Sequence[int] | None = None) -> list[Completion]:
+    def sample(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        max_tokens: Sequence[int] | None = None,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Completion]:
         self.batches.append(len(prompts))
         return self.policy.sample(prompts, params, max_tokens, seeds)
 
@@ -75,7 +96,12 @@ def client(counting: CountingPolicy) -> Iterator[openai.OpenAI]:
 
 def test_plain_chat(client: openai.OpenAI) -> None:
     t0 = time.perf_counter()
-    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}], temperature=0, max_tokens=24)
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        temperature=0,
+        max_tokens=24,
+    )
     print(f"n=1, 24 tokens max: {time.perf_counter() - t0:.2f}s")
     (c,) = r.choices
     assert c.finish_reason in ("stop", "length") and c.message.tool_calls is None
@@ -85,37 +111,63 @@ def test_plain_chat(client: openai.OpenAI) -> None:
 
 def test_tools_come_back_as_tool_calls(client: openai.OpenAI) -> None:
     messages = [*FEW_SHOT, {"role": "user", "content": "What is the weather in Paris?"}]
-    r = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], temperature=0, max_tokens=40)
+    r = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], temperature=0, max_tokens=40
+    )
     (c,) = r.choices
     assert c.finish_reason == "tool_calls", c.message.content
     (tool_call,) = c.message.tool_calls
     assert tool_call.function.name == "get_weather"
     assert json.loads(tool_call.function.arguments) == {"city": "Paris"}
     # the answer to the call goes back in, and the model answers in words
-    messages += [c.message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": tool_call.id, "content": "rain, 12 C"}]
-    r = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], temperature=0, max_tokens=40)
+    messages += [
+        c.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": tool_call.id, "content": "rain, 12 C"},
+    ]
+    r = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], temperature=0, max_tokens=40
+    )
     assert r.choices[0].finish_reason == "stop" and "12" in r.choices[0].message.content
 
 
 def test_n_choices_in_one_batch(client: openai.OpenAI, counting: CountingPolicy) -> None:
     before = len(counting.batches)
     t0 = time.perf_counter()
-    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me a fact about cats."}], n=4, temperature=1.0, seed=7, max_tokens=24)
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Tell me a fact about cats."}],
+        n=4,
+        temperature=1.0,
+        seed=7,
+        max_tokens=24,
+    )
     print(f"n=4, 24 tokens max: {time.perf_counter() - t0:.2f}s")
     assert len(r.choices) == 4 and counting.batches[before:] == [4]
     texts = [c.message.content for c in r.choices]
     assert len(set(texts)) > 1, texts  # sampled, not one reply copied
     assert r.usage.completion_tokens <= 4 * 24
     # the same seed gives the same choices again
-    again = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me a fact about cats."}], n=4, temperature=1.0, seed=7, max_tokens=24)
+    again = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Tell me a fact about cats."}],
+        n=4,
+        temperature=1.0,
+        seed=7,
+        max_tokens=24,
+    )
     assert [c.message.content for c in again.choices] == texts
 
 
 def test_cli_serves_the_default_model() -> None:
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "agentrft.cli", "serve-model", "base", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrft.cli", "serve-model", "base", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 240
@@ -129,7 +181,9 @@ def test_cli_serves_the_default_model() -> None:
                 time.sleep(0.5)
         c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
         assert [m.id for m in c.models.list()] == [MODEL]
-        r = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0)
+        r = c.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
+        )
         assert r.usage.completion_tokens <= 4 and r.choices[0].message.content
     finally:
         proc.terminate()

@@ -46,8 +46,22 @@ class ServiceProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "AGENTRFT_API_KEYS": KEY, "PYTHONUNBUFFERED": "1"}
         self.log = (data_dir.parent / f"serve-{self.port}-{time.monotonic_ns()}.log").open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentrft.cli", "serve", "--data-dir", str(data_dir), "--port", str(self.port), *extra_args],
-                                     env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentrft.cli",
+                "serve",
+                "--data-dir",
+                str(data_dir),
+                "--port",
+                str(self.port),
+                *extra_args,
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 60
         while True:
             assert self.proc.poll() is None, "agentrft serve exited"
@@ -83,7 +97,9 @@ def tool_server() -> Iterator[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(module.app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(module.app, host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -114,7 +130,9 @@ def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str, exe
     # second worked example (the prompt's length sets the update's time)
     ext = {k: v for k, v in spec["agentrft"].items() if k != "environment"}
     ext["few_shot_messages"] = ext["few_shot_messages"][:4]
-    ext.update(sampling={**ext["sampling"], "max_tokens_per_turn": 40, "max_tokens_per_episode": 96})
+    ext.update(
+        sampling={**ext["sampling"], "max_tokens_per_turn": 40, "max_tokens_per_episode": 96}
+    )
     ext.update(group_size=2, train={"max_steps": 1, "checkpoint_interval": 1})
     val_rows = (QUICKSTART / "val.jsonl").read_text().splitlines()[:1]
     (tmp_path / "val.jsonl").write_text("\n".join(val_rows) + "\n")
@@ -122,38 +140,76 @@ def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str, exe
     service = ServiceProcess(tmp_path / "data", None, "--executor", executor)
     try:
         with service.client() as client:
-            train_file = client.files.create(file=(QUICKSTART / "train.jsonl").open("rb"), purpose="fine-tune")
-            val_file = client.files.create(file=(tmp_path / "val.jsonl").open("rb"), purpose="fine-tune")
+            train_file = client.files.create(
+                file=(QUICKSTART / "train.jsonl").open("rb"), purpose="fine-tune"
+            )
+            val_file = client.files.create(
+                file=(tmp_path / "val.jsonl").open("rb"), purpose="fine-tune"
+            )
             job = client.fine_tuning.jobs.create(
-                model=spec["model"], training_file=train_file.id, validation_file=val_file.id, seed=spec["seed"], suffix="quickstart",
-                method={"type": "reinforcement", "reinforcement": {
-                    "grader": rl["grader"], "tools": tools, "max_episode_steps": 2,
-                    "hyperparameters": {"batch_size": 2, "n_epochs": 1, "eval_samples": 1},
-                }},
+                model=spec["model"],
+                training_file=train_file.id,
+                validation_file=val_file.id,
+                seed=spec["seed"],
+                suffix="quickstart",
+                method={
+                    "type": "reinforcement",
+                    "reinforcement": {
+                        "grader": rl["grader"],
+                        "tools": tools,
+                        "max_episode_steps": 2,
+                        "hyperparameters": {"batch_size": 2, "n_epochs": 1, "eval_samples": 1},
+                    },
+                },
                 extra_body={"agentrft": ext},
             )
             done = wait_for(client, job.id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
-            assert done.status == "succeeded", (done.error, (tmp_path / "data/jobs" / job.id / "worker.log").read_text()[-3000:])
-            assert done.fine_tuned_model and done.fine_tuned_model.startswith("ft:smollm2-135m-instruct:agentrft:quickstart:")
+            assert done.status == "succeeded", (
+                done.error,
+                (tmp_path / "data/jobs" / job.id / "worker.log").read_text()[-3000:],
+            )
+            assert done.fine_tuned_model and done.fine_tuned_model.startswith(
+                "ft:smollm2-135m-instruct:agentrft:quickstart:"
+            )
 
             events = list(client.fine_tuning.jobs.list_events(job.id, limit=50))
             metrics = [e for e in events if e.type == "metrics"]
             assert {e.data["step"] for e in metrics} == {0, 1}  # the baseline eval, then step 1
             step1 = next(e.data for e in metrics if e.data["step"] == 1)
-            assert "reward/mean" in step1 and "eval/reward/mean" in step1 and "rollouts/tool_calls/mean" in step1
+            assert (
+                "reward/mean" in step1
+                and "eval/reward/mean" in step1
+                and "rollouts/tool_calls/mean" in step1
+            )
             ckpts = client.fine_tuning.jobs.checkpoints.list(job.id)
             assert [c.step_number for c in ckpts.data] == [1]
 
             assert done.fine_tuned_model in [m.id for m in client.models.list()]
             reply = client.chat.completions.create(
-                model=done.fine_tuned_model, messages=[{"role": "user", "content": "What is the capital of Kenya?"}],
-                tools=[{"type": "function", "function": {k: tools[0][k] for k in ("name", "description", "parameters")}}],
-                max_tokens=48, seed=3, temperature=0.7,
+                model=done.fine_tuned_model,
+                messages=[{"role": "user", "content": "What is the capital of Kenya?"}],
+                tools=[
+                    {
+                        "type": "function",
+                        "function": {k: tools[0][k] for k in ("name", "description", "parameters")},
+                    }
+                ],
+                max_tokens=48,
+                seed=3,
+                temperature=0.7,
             )
-            assert reply.model == done.fine_tuned_model and reply.choices[0].finish_reason in ("stop", "tool_calls", "length")
+            assert reply.model == done.fine_tuned_model and reply.choices[0].finish_reason in (
+                "stop",
+                "tool_calls",
+                "length",
+            )
             assert reply.usage is not None and reply.usage.completion_tokens > 0
 
-            graded = client.fine_tuning.alpha.graders.run(grader=rl["grader"], model_sample="The capital of Kenya is Nairobi.", item={"answer": "Nairobi"})
+            graded = client.fine_tuning.alpha.graders.run(
+                grader=rl["grader"],
+                model_sample="The capital of Kenya is Nairobi.",
+                item={"answer": "Nairobi"},
+            )
             assert graded.reward == 1.0
     finally:
         service.stop()
@@ -165,20 +221,49 @@ def _adapter(ckpt: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow  # two 3-step trainings and two server starts: minutes on a laptop CPU
 def test_kill_9_mid_job_then_restart_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    rows = [("apple", "Say the word apple."), ("river", "Say the word river."), ("green", "Say the word green."), ("seven", "Say the word seven.")]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}], "answer": a}) + "\n" for a, q in rows))
-    method = {"type": "reinforcement", "reinforcement": {
-        "grader": {"type": "text_similarity", "name": "sim", "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "evaluation_metric": "fuzzy_match"},
-        "hyperparameters": {"batch_size": 2, "n_epochs": 2, "learning_rate_multiplier": 5},
-    }}
-    ext = {"group_size": 4, "dtype": "fp32", "sampling": {"temperature": 1.0, "max_tokens_per_turn": 6, "max_tokens_per_episode": 6},
-           "train": {"checkpoint_interval": 1, "max_steps": 3}}
+    rows = [
+        ("apple", "Say the word apple."),
+        ("river", "Say the word river."),
+        ("green", "Say the word green."),
+        ("seven", "Say the word seven."),
+    ]
+    (tmp_path / "train.jsonl").write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": q}], "answer": a}) + "\n"
+            for a, q in rows
+        )
+    )
+    method = {
+        "type": "reinforcement",
+        "reinforcement": {
+            "grader": {
+                "type": "text_similarity",
+                "name": "sim",
+                "input": "{{sample.output_text}}",
+                "reference": "{{item.answer}}",
+                "evaluation_metric": "fuzzy_match",
+            },
+            "hyperparameters": {"batch_size": 2, "n_epochs": 2, "learning_rate_multiplier": 5},
+        },
+    }
+    ext = {
+        "group_size": 4,
+        "dtype": "fp32",
+        "sampling": {"temperature": 1.0, "max_tokens_per_turn": 6, "max_tokens_per_episode": 6},
+        "train": {"checkpoint_interval": 1, "max_steps": 3},
+    }
     data = tmp_path / "data"
     service = ServiceProcess(data)
     try:
         with service.client() as client:
             f = client.files.create(file=(tmp_path / "train.jsonl").open("rb"), purpose="fine-tune")
-            job = client.fine_tuning.jobs.create(model="smollm2-135m-instruct", training_file=f.id, seed=5, method=method, extra_body={"agentrft": ext})
+            job = client.fine_tuning.jobs.create(
+                model="smollm2-135m-instruct",
+                training_file=f.id,
+                seed=5,
+                method=method,
+                extra_body={"agentrft": ext},
+            )
         run = data / "jobs" / job.id
         deadline = time.monotonic() + 300
         while not (run / "checkpoints" / "latest").exists():
@@ -194,7 +279,11 @@ def test_kill_9_mid_job_then_restart_matches_an_uninterrupted_run(tmp_path: Path
         with service.client() as client:
             done = wait_for(client, job.id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
             assert done.status == "succeeded", done.error
-            steps = sorted(e.data["step"] for e in client.fine_tuning.jobs.list_events(job.id, limit=100) if e.type == "metrics")
+            steps = sorted(
+                e.data["step"]
+                for e in client.fine_tuning.jobs.list_events(job.id, limit=100)
+                if e.type == "metrics"
+            )
             assert steps == [1, 2, 3]
     finally:
         service.stop()

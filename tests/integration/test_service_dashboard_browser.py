@@ -19,12 +19,28 @@ pytestmark = pytest.mark.browser
 
 def test_dashboard_renders_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    server = Server(tmp_path / "data", api_keys=frozenset({KEY_A}), worker_module="tests.unit.service.fake_worker", poll_s=0.05)
+    server = Server(
+        tmp_path / "data",
+        api_keys=frozenset({KEY_A}),
+        worker_module="tests.unit.service.fake_worker",
+        poll_s=0.05,
+    )
     try:
         with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY_A, max_retries=0) as client:
-            job = create_job(client, upload(client).id, metadata={"fake_steps": "200", "fake_step_s": "0.1"})
+            job = create_job(
+                client, upload(client).id, metadata={"fake_steps": "200", "fake_step_s": "0.1"}
+            )
             wait_status(client, job.id, {"running"})
-            while len([e for e in client.fine_tuning.jobs.list_events(job.id, limit=100) if e.type == "metrics"]) < 4:
+            while (
+                len(
+                    [
+                        e
+                        for e in client.fine_tuning.jobs.list_events(job.id, limit=100)
+                        if e.type == "metrics"
+                    ]
+                )
+                < 4
+            ):
                 time.sleep(0.1)
             url = f"{server.url}/dashboard/jobs/{job.id}?key={KEY_A}"
             dom = chromium(tmp_path, "--dump-dom", url)
@@ -35,12 +51,20 @@ def test_dashboard_renders_a_running_job(tmp_path: Path, monkeypatch: pytest.Mon
             shot = tmp_path / "shot.png"
             run = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,2000", url)
             assert run.returncode == 0 and shot.is_file(), run.stderr[-2000:]
-            assert client.fine_tuning.jobs.retrieve(job.id).status == "running"  # it was live throughout
+            assert (
+                client.fine_tuning.jobs.retrieve(job.id).status == "running"
+            )  # it was live throughout
             client.fine_tuning.jobs.cancel(job.id)
     finally:
         server.stop()
     colors = Counter(Image.open(shot).convert("RGB").getdata())
     near = lambda rgb, target: sum(abs(a - b) for a, b in zip(rgb, target, strict=True)) < 40  # noqa: E731
-    assert sum(n for rgb, n in colors.items() if near(rgb, (31, 119, 180))) > 200  # the reward curve (matplotlib's first colour)
-    assert sum(n for rgb, n in colors.items() if near(rgb, (22, 163, 74))) > 500  # the histogram's "after" bars (#16a34a)
-    assert sum(n for rgb, n in colors.items() if near(rgb, (107, 114, 128))) > 500  # and its "before" bars (#6b7280)
+    assert (
+        sum(n for rgb, n in colors.items() if near(rgb, (31, 119, 180))) > 200
+    )  # the reward curve (matplotlib's first colour)
+    assert (
+        sum(n for rgb, n in colors.items() if near(rgb, (22, 163, 74))) > 500
+    )  # the histogram's "after" bars (#16a34a)
+    assert (
+        sum(n for rgb, n in colors.items() if near(rgb, (107, 114, 128))) > 500
+    )  # and its "before" bars (#6b7280)

@@ -16,16 +16,30 @@ pytestmark = pytest.mark.integration
 
 def test_jobs_run_as_ray_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    server = Server(tmp_path / "data", api_keys=frozenset({KEY_A}), worker_module="tests.unit.service.fake_worker", poll_s=0.05,
-                    executor="ray", workers=2)
+    server = Server(
+        tmp_path / "data",
+        api_keys=frozenset({KEY_A}),
+        worker_module="tests.unit.service.fake_worker",
+        poll_s=0.05,
+        executor="ray",
+        workers=2,
+    )
     try:
-        with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY_A, max_retries=0, timeout=60) as client:
+        with openai.OpenAI(
+            base_url=server.url + "/v1", api_key=KEY_A, max_retries=0, timeout=60
+        ) as client:
             f = upload(client)
             job = create_job(client, f.id, metadata={"fake_steps": "3"})
             done = wait_status(client, job.id, {"succeeded", "failed"}, timeout_s=120)
             assert done.status == "succeeded", done.error
-            assert [e.data["step"] for e in reversed(list(client.fine_tuning.jobs.list_events(job.id, limit=100))) if e.type == "metrics"] == [1, 2, 3]
-            assert [c.step_number for c in client.fine_tuning.jobs.checkpoints.list(job.id).data] == [3, 2, 1]
+            assert [
+                e.data["step"]
+                for e in reversed(list(client.fine_tuning.jobs.list_events(job.id, limit=100)))
+                if e.type == "metrics"
+            ] == [1, 2, 3]
+            assert [
+                c.step_number for c in client.fine_tuning.jobs.checkpoints.list(job.id).data
+            ] == [3, 2, 1]
 
             long = create_job(client, f.id, metadata={"fake_steps": "500", "fake_step_s": "0.1"})
             wait_status(client, long.id, {"running"}, timeout_s=60)
@@ -36,6 +50,8 @@ def test_jobs_run_as_ray_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             assert time.monotonic() - t0 < 20
             n = len(client.fine_tuning.jobs.checkpoints.list(long.id, limit=100).data)
             time.sleep(1.0)
-            assert len(client.fine_tuning.jobs.checkpoints.list(long.id, limit=100).data) == n  # the task's worker is gone
+            assert (
+                len(client.fine_tuning.jobs.checkpoints.list(long.id, limit=100).data) == n
+            )  # the task's worker is gone
     finally:
         server.stop()

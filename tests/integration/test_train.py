@@ -21,19 +21,41 @@ from agentrft.train.loop import train
 
 pytestmark = pytest.mark.integration
 
-ROWS = [("apple", "Say the word apple."), ("river", "Say the word river."), ("green", "Say the word green."), ("seven", "Say the word seven.")]
+ROWS = [
+    ("apple", "Say the word apple."),
+    ("river", "Say the word river."),
+    ("green", "Say the word green."),
+    ("seven", "Say the word seven."),
+]
 
 
 def make_job(tmp: Path, steps: int, **train_over) -> Path:
-    (tmp / "train.jsonl").write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}], "answer": a}) + "\n" for a, q in ROWS))
+    (tmp / "train.jsonl").write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": q}], "answer": a}) + "\n"
+            for a, q in ROWS
+        )
+    )
     job = {
-        "model": "smollm2-135m-instruct", "training_file": "train.jsonl", "seed": 5,
-        "method": {"type": "reinforcement", "reinforcement": {
-            "grader": {"type": "text_similarity", "name": "sim", "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "evaluation_metric": "fuzzy_match"},
-            "hyperparameters": {"batch_size": 2, "n_epochs": 2, "learning_rate_multiplier": 5},
-        }},
+        "model": "smollm2-135m-instruct",
+        "training_file": "train.jsonl",
+        "seed": 5,
+        "method": {
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": {
+                    "type": "text_similarity",
+                    "name": "sim",
+                    "input": "{{sample.output_text}}",
+                    "reference": "{{item.answer}}",
+                    "evaluation_metric": "fuzzy_match",
+                },
+                "hyperparameters": {"batch_size": 2, "n_epochs": 2, "learning_rate_multiplier": 5},
+            },
+        },
         "agentrft": {
-            "group_size": 4, "dtype": "fp32",
+            "group_size": 4,
+            "dtype": "fp32",
             "sampling": {"temperature": 1.0, "max_tokens_per_turn": 6, "max_tokens_per_episode": 6},
             "train": {"checkpoint_interval": 1, "max_steps": steps, **train_over},
         },
@@ -59,7 +81,15 @@ def test_two_steps_change_the_lora_weights_and_write_checkpoints(tmp_path):
         assert (run / "checkpoints/step-2" / name).is_file()
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
-    for key in ("reward/mean", "train/entropy", "train/clip_fraction", "time/sampling_s", "time/grading_s", "rollouts/tool_calls/p95", "groups/zero_signal"):
+    for key in (
+        "reward/mean",
+        "train/entropy",
+        "train/clip_fraction",
+        "time/sampling_s",
+        "time/grading_s",
+        "rollouts/tool_calls/p95",
+        "groups/zero_signal",
+    ):
         assert key in metrics[-1], key
     assert any(m.get("train/tokens", 0) > 0 for m in metrics)
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
@@ -78,7 +108,12 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
     job_b = make_job(tmp_path / "b", 3)
     run_b = tmp_path / "b/run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "agentrft.cli", "train", str(job_b), "--out", str(run_b)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrft.cli", "train", str(job_b), "--out", str(run_b)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     latest = run_b / "checkpoints/latest"
     try:
         deadline = time.monotonic() + 600

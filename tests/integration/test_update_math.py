@@ -27,12 +27,33 @@ def model():
 
 def group(policy, n=4):
     tok = policy.tokenizer
-    prompt = tok(tok.apply_chat_template([{"role": "system", "content": "Be brief. " * 12}, {"role": "user", "content": "Name a color."}], tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    prompt = tok(
+        tok.apply_chat_template(
+            [
+                {"role": "system", "content": "Be brief. " * 12},
+                {"role": "user", "content": "Name a color."},
+            ],
+            tokenize=False,
+            add_generation_prompt=True,
+        ),
+        add_special_tokens=False,
+    )["input_ids"]
     items = []
     for k in range(n):
-        reply = tok.encode(["Red.", "Blue is nice.", "Green, I think, or maybe teal.", "Yellow!"][k % 4], add_special_tokens=False) + [2]
+        reply = tok.encode(
+            ["Red.", "Blue is nice.", "Green, I think, or maybe teal.", "Yellow!"][k % 4],
+            add_special_tokens=False,
+        ) + [2]
         toks = prompt + reply
-        items.append(Scored(toks, list(range(len(prompt), len(toks))), [0.0] * len(reply), advantage=float(k) - 1.5, group=0))
+        items.append(
+            Scored(
+                toks,
+                list(range(len(prompt), len(toks))),
+                [0.0] * len(reply),
+                advantage=float(k) - 1.5,
+                group=0,
+            )
+        )
     return items
 
 
@@ -47,11 +68,19 @@ def test_shared_prefix_path_matches_the_full_path(model):
     def grads(loss_fn):
         m.zero_grad(set_to_none=True)
         loss_fn().backward()
-        return {n: p.grad.clone() for n, p in m.named_parameters() if p.requires_grad and p.grad is not None}
+        return {
+            n: p.grad.clone()
+            for n, p in m.named_parameters()
+            if p.requires_grad and p.grad is not None
+        }
 
     adv = torch.tensor([it.advantage for it in items for _ in it.targets])
     g_shared = grads(lambda: -(token_logprobs(m, items, 1.0, bf16=False)[0] * adv).sum())
-    g_full = grads(lambda: -(torch.cat([token_logprobs(m, [it], 1.0, bf16=False)[0] for it in items]) * adv).sum())
+    g_full = grads(
+        lambda: (
+            -(torch.cat([token_logprobs(m, [it], 1.0, bf16=False)[0] for it in items]) * adv).sum()
+        )
+    )
     assert g_shared.keys() == g_full.keys() and g_shared
     for n in g_shared:  # equal up to fp32 summation order
         rel = (g_shared[n] - g_full[n]).norm() / g_full[n].norm().clamp_min(1e-12)

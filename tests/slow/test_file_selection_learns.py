@@ -14,13 +14,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_held_out_exact_file_f1_rises_after_the_demos_training():
-    spec = importlib.util.spec_from_file_location("file_selection_demo", ROOT / "recipes/file_selection/demo.py")
+    spec = importlib.util.spec_from_file_location(
+        "file_selection_demo", ROOT / "recipes/file_selection/demo.py"
+    )
     assert spec is not None and spec.loader is not None
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
     summary = demo.run(ROOT / "runs" / "slow" / "file-selection-seed1", seed=1)
     before, after = summary["before"]["mean file F1"], summary["after"]["mean file F1"]
     gain = summary["per_row_file_f1"]["difference"]
-    print(f"held-out exact file F1: {before:.3f} -> {after:.3f}; per-row gain {gain['mean']:+.3f} ({gain['low']:+.3f} .. {gain['high']:+.3f})")
+    print(
+        f"held-out exact file F1: {before:.3f} -> {after:.3f}; per-row gain {gain['mean']:+.3f} ({gain['low']:+.3f} .. {gain['high']:+.3f})"
+    )
     assert summary["rows"]["val"] >= 16
     assert after > before + 0.05

@@ -12,11 +12,20 @@ import pytest
 from agentrft.cli import main
 
 LATIN1 = "caf\xe9".encode("latin-1")  # 0xe9 alone is not UTF-8
-GRADER = {"type": "string_check", "name": "s", "input": "{{sample.output_text}}", "reference": "x", "operation": "eq"}
+GRADER = {
+    "type": "string_check",
+    "name": "s",
+    "input": "{{sample.output_text}}",
+    "reference": "x",
+    "operation": "eq",
+}
 
 
 def job(training_file: str = "train.jsonl") -> dict:
-    return {"training_file": training_file, "method": {"type": "reinforcement", "reinforcement": {"grader": GRADER}}}
+    return {
+        "training_file": training_file,
+        "method": {"type": "reinforcement", "reinforcement": {"grader": GRADER}},
+    }
 
 
 def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str], *needles: str) -> str:
@@ -33,14 +42,21 @@ def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str], *needles
 def test_non_utf8_job_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "job.yaml"
     path.write_bytes(b"training_file: train.jsonl\nsuffix: " + LATIN1 + b"\n")
-    one_line_error(["train", str(path), "--out", str(tmp_path / "run")], capsys, f"{path}:2:", "UTF-8")
+    one_line_error(
+        ["train", str(path), "--out", str(tmp_path / "run")], capsys, f"{path}:2:", "UTF-8"
+    )
 
 
 def test_non_utf8_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "job.json").write_text(json.dumps(job()))
     good = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
     (tmp_path / "train.jsonl").write_bytes(good + b"\n" + good.replace(b"hi", LATIN1) + b"\n")
-    one_line_error(["train", str(tmp_path / "job.json"), "--out", str(tmp_path / "run")], capsys, f"{tmp_path / 'train.jsonl'}:2:", "UTF-8")
+    one_line_error(
+        ["train", str(tmp_path / "job.json"), "--out", str(tmp_path / "run")],
+        capsys,
+        f"{tmp_path / 'train.jsonl'}:2:",
+        "UTF-8",
+    )
 
 
 def test_non_utf8_grader_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,7 +68,12 @@ def test_non_utf8_grader_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_missing_sample_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "grader.json").write_text(json.dumps(GRADER))
     missing = tmp_path / "sample.json"
-    one_line_error(["grader", "run", str(tmp_path / "grader.json"), "--sample", str(missing)], capsys, str(missing), "not found")
+    one_line_error(
+        ["grader", "run", str(tmp_path / "grader.json"), "--sample", str(missing)],
+        capsys,
+        str(missing),
+        "not found",
+    )
 
 
 def test_missing_resume_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,11 +84,15 @@ def test_missing_resume_directory(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_formula_nested_200_levels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "grader.json"
     formula = "(" * 200 + "s" + ")" * 200
-    path.write_text(json.dumps({"type": "multi", "graders": {"s": GRADER}, "calculate_output": formula}))
+    path.write_text(
+        json.dumps({"type": "multi", "graders": {"s": GRADER}, "calculate_output": formula})
+    )
     one_line_error(["grader", "validate", str(path)], capsys, str(path), "nested more than")
 
 
-def test_unexpected_errors_are_one_line_without_verbose(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unexpected_errors_are_one_line_without_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from agentrft.graders import commands
 
     def boom(args: object) -> int:

@@ -22,12 +22,23 @@ def v2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return base
 
 
-def test_v2_group_is_made_under_our_own_with_its_limits(v2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_v2_group_is_made_under_our_own_with_its_limits(
+    v2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_mkdir = Path.mkdir
 
-    def mkdir(self: Path, *a: object, **kw: object) -> None:  # a real cgroupfs creates these files itself
+    def mkdir(
+        self: Path, *a: object, **kw: object
+    ) -> None:  # a real cgroupfs creates these files itself
         real_mkdir(self)
-        for name in ("memory.max", "memory.swap.max", "pids.max", "cgroup.procs", "cpu.stat", "memory.events"):
+        for name in (
+            "memory.max",
+            "memory.swap.max",
+            "pids.max",
+            "cgroup.procs",
+            "cpu.stat",
+            "memory.events",
+        ):
             (self / name).write_text("")
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
@@ -47,7 +58,9 @@ def test_v2_group_is_made_under_our_own_with_its_limits(v2: Path, monkeypatch: p
     assert not d.exists()
 
 
-def test_no_usable_controllers_is_an_oserror_with_the_reason(v2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_usable_controllers_is_an_oserror_with_the_reason(
+    v2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (v2 / "cgroup.controllers").write_text("cpu io\n")
     monkeypatch.setattr(cgroups, "_v1_parents", lambda: None)
     with pytest.raises(OSError, match="no cgroup v2 with the memory and pids controllers"):

@@ -28,14 +28,24 @@ from tests.conftest import ScriptedPolicy
 
 PARAMS = {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"]}
 SPECS = [
-    ToolSpec(name="lookup", description="Facts about a country.", parameters=PARAMS, function="tests.unit.pytools:lookup"),
-    ToolSpec(name="fragile", function="tests.unit.pytools:fragile"),  # always fails: the rollout is discarded
+    ToolSpec(
+        name="lookup",
+        description="Facts about a country.",
+        parameters=PARAMS,
+        function="tests.unit.pytools:lookup",
+    ),
+    ToolSpec(
+        name="fragile", function="tests.unit.pytools:fragile"
+    ),  # always fails: the rollout is discarded
 ]
 TOOLS = build_tools(SPECS, timeout_s=5, retries=1, backoff_s=0.0)
 SYSTEM = "You look things up."
 FEW_SHOT = (
     {"role": "user", "content": "Capital of Norway?"},
-    {"role": "assistant", "content": '<tool_call>{"name": "lookup", "arguments": {"country": "Norway"}}</tool_call>'},
+    {
+        "role": "assistant",
+        "content": '<tool_call>{"name": "lookup", "arguments": {"country": "Norway"}}</tool_call>',
+    },
     {"role": "tool", "content": "capital: Oslo"},
     {"role": "assistant", "content": "Oslo."},
 )
@@ -71,7 +81,9 @@ def endpoint(policy: ScriptedPolicy) -> Iterator[OpenAIChat]:
         yield OpenAIChat(url + "/v1", "scripted", api_key_env=None, retries=0)
 
 
-def both(script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat, replies: list[str], **kw: Any) -> tuple[Trajectory, list[str], Trajectory, list[str]]:
+def both(
+    script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat, replies: list[str], **kw: Any
+) -> tuple[Trajectory, list[str], Trajectory, list[str]]:
     """Run the scenario once per driver; return each trajectory with the prompts it showed."""
     token_kw = {k: v for k, v in kw.items() if k not in ("sampling", "prefill")}
     if "prefill" in kw:
@@ -81,12 +93,16 @@ def both(script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat, replies: 
     async def token() -> Trajectory:
         sampler = BatchedSampler(policy, SamplingParams(max_tokens=256))
         async with new_client() as client:
-            traj = await run_episode(ITEM, RolloutSettings(renderer=renderer, tools=TOOLS, **token_kw), sampler, client)
+            traj = await run_episode(
+                ITEM, RolloutSettings(renderer=renderer, tools=TOOLS, **token_kw), sampler, client
+            )
         await sampler.aclose()
         return traj
 
     async def chat() -> Trajectory:
-        settings = ChatRolloutSettings(tools=TOOLS, system_prompt=SYSTEM, few_shot_messages=FEW_SHOT, **kw)
+        settings = ChatRolloutSettings(
+            tools=TOOLS, system_prompt=SYSTEM, few_shot_messages=FEW_SHOT, **kw
+        )
         async with new_client() as client:
             return await run_chat_episode(ITEM, settings, endpoint, client)
 
@@ -101,27 +117,58 @@ def both(script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat, replies: 
 SCENARIOS: dict[str, tuple[list[str], dict[str, Any], StopReason, int]] = {
     "final answer": (["Lima."], {}, StopReason.FINAL_ANSWER, 1),
     "call, then answer": (["Checking. " + CALL, "It is Lima."], {}, StopReason.FINAL_ANSWER, 2),
-    "unknown tool": (['<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "ok"], {}, StopReason.FINAL_ANSWER, 2),
-    "bad arguments": (['<tool_call>{"name": "lookup", "arguments": {"country": 3}}</tool_call>', "ok"], {}, StopReason.FINAL_ANSWER, 2),
-    "tool says no": (['<tool_call>{"name": "lookup", "arguments": {"country": "Atlantis"}}</tool_call>', "ok"], {}, StopReason.FINAL_ANSWER, 2),
+    "unknown tool": (
+        ['<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "ok"],
+        {},
+        StopReason.FINAL_ANSWER,
+        2,
+    ),
+    "bad arguments": (
+        ['<tool_call>{"name": "lookup", "arguments": {"country": 3}}</tool_call>', "ok"],
+        {},
+        StopReason.FINAL_ANSWER,
+        2,
+    ),
+    "tool says no": (
+        ['<tool_call>{"name": "lookup", "arguments": {"country": "Atlantis"}}</tool_call>', "ok"],
+        {},
+        StopReason.FINAL_ANSWER,
+        2,
+    ),
     "call budget": ([CALL + CALL], {"max_tool_calls": 1}, StopReason.MAX_TOOL_CALLS, 1),
     "step limit": ([CALL], {"max_episode_steps": 2}, StopReason.MAX_EPISODE_STEPS, 2),
     "reply cut off": (["x" * 50], {"max_tokens_per_turn": 10}, StopReason.MAX_TOKENS, 1),
     "episode token budget": ([CALL], {"max_tokens_per_episode": 40}, StopReason.MAX_TOKENS, 2),
-    "tool down": (['<tool_call>{"name": "fragile", "arguments": {}}</tool_call>'], {}, StopReason.TOOL_ERROR, 1),
-    "prefill": (['{"name": "lookup", "arguments": {"country": "Peru"}}</tool_call>', "Lima."], {"prefill": "<tool_call>"}, StopReason.FINAL_ANSWER, 2),
+    "tool down": (
+        ['<tool_call>{"name": "fragile", "arguments": {}}</tool_call>'],
+        {},
+        StopReason.TOOL_ERROR,
+        1,
+    ),
+    "prefill": (
+        ['{"name": "lookup", "arguments": {"country": "Peru"}}</tool_call>', "Lima."],
+        {"prefill": "<tool_call>"},
+        StopReason.FINAL_ANSWER,
+        2,
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_same_rollout_through_either_driver(name: str, script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat) -> None:
+def test_same_rollout_through_either_driver(
+    name: str, script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat
+) -> None:
     replies, kw, stop, turns = SCENARIOS[name]
     token, token_prompts, chat, chat_prompts = both(script, policy, endpoint, replies, **kw)
     assert token.stop_reason == chat.stop_reason == stop
     assert len(token.turns) == len(chat.turns) == turns
     assert chat_prompts == token_prompts  # the model saw exactly the same text each turn
-    assert [(c.name, c.arguments, c.error) for c in chat.tool_calls] == [(c.name, c.arguments, c.error) for c in token.tool_calls]
-    assert [(r.output, r.status) for r in chat.tool_results] == [(r.output, r.status) for r in token.tool_results]
+    assert [(c.name, c.arguments, c.error) for c in chat.tool_calls] == [
+        (c.name, c.arguments, c.error) for c in token.tool_calls
+    ]
+    assert [(r.output, r.status) for r in chat.tool_results] == [
+        (r.output, r.status) for r in token.tool_results
+    ]
     assert (chat.discarded is None) == (token.discarded is None)
     assert chat.sampled_tokens == token.sampled_tokens > 0
     assert chat.tokens == () and len(token.tokens) > 0  # the endpoint hides tokens: not trainable
@@ -130,9 +177,16 @@ def test_same_rollout_through_either_driver(name: str, script: Script, policy: S
         assert msg["role"] != "tool" or msg.get("tool_call_id")
 
 
-def test_context_overflow_ends_the_rollout(script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat) -> None:
+def test_context_overflow_ends_the_rollout(
+    script: Script, policy: ScriptedPolicy, endpoint: OpenAIChat
+) -> None:
     script.replies = [CALL]
-    settings = ChatRolloutSettings(tools=TOOLS, system_prompt=SYSTEM, max_tokens_per_turn=policy.context_window, max_tokens_per_episode=policy.context_window)
+    settings = ChatRolloutSettings(
+        tools=TOOLS,
+        system_prompt=SYSTEM,
+        max_tokens_per_turn=policy.context_window,
+        max_tokens_per_episode=policy.context_window,
+    )
 
     async def run() -> Trajectory:
         async with new_client() as client:
@@ -158,7 +212,10 @@ def test_other_rejections_raise(endpoint: OpenAIChat) -> None:
 def test_few_shot_history_gets_openai_ids() -> None:
     out = openai_history(FEW_SHOT, {"lookup": PARAMS})
     call = out[1]["tool_calls"][0]
-    assert out[1]["content"] is None and call["function"] == {"name": "lookup", "arguments": '{"country": "Norway"}'}
+    assert out[1]["content"] is None and call["function"] == {
+        "name": "lookup",
+        "arguments": '{"country": "Norway"}',
+    }
     assert out[2] == {"role": "tool", "content": "capital: Oslo", "tool_call_id": call["id"]}
     assert out[3] == FEW_SHOT[3]
 
@@ -172,7 +229,9 @@ def test_prefills_an_endpoint_cannot_take_are_refused() -> None:
 
 def test_settings_and_client_are_picklable(endpoint: OpenAIChat) -> None:
     """Rollout workers (Ray actors) receive both by pickling."""
-    settings = ChatRolloutSettings(tools=TOOLS, system_prompt=SYSTEM, few_shot_messages=FEW_SHOT, prefill="<tool_call>")
+    settings = ChatRolloutSettings(
+        tools=TOOLS, system_prompt=SYSTEM, few_shot_messages=FEW_SHOT, prefill="<tool_call>"
+    )
     assert pickle.loads(pickle.dumps(endpoint)) == endpoint
     copy = pickle.loads(pickle.dumps(settings))
     assert copy.schemas == settings.schemas and copy.few_shot_messages == FEW_SHOT

@@ -14,18 +14,29 @@ from agentrft.tools.code_search import CodeIndex, numbered, words
 
 def test_words_split_identifiers_and_drop_stopwords():
     assert words("Fix parse_log in BM25Okapi for the StopReason") == [
-        "parse_log", "parse", "log", "bm25okapi", "bm", "25", "okapi", "stopreason", "stop", "reason",
+        "parse_log",
+        "parse",
+        "log",
+        "bm25okapi",
+        "bm",
+        "25",
+        "okapi",
+        "stopreason",
+        "stop",
+        "reason",
     ]
     assert words("a b the of") == []
 
 
 def test_path_words_and_identifiers_rank_the_right_file_first():
-    index = CodeIndex({
-        "src/auth/login.py": "def check_password(user, password):\n    return hash(password) == user.hash\n",
-        "src/billing/invoice.py": "def total(items):\n    return sum(i.price for i in items)\n",
-        "docs/index.md": "Welcome. Login and billing are documented here.\n",
-        "logo.png": None,  # binary: indexed by its path only
-    })
+    index = CodeIndex(
+        {
+            "src/auth/login.py": "def check_password(user, password):\n    return hash(password) == user.hash\n",
+            "src/billing/invoice.py": "def total(items):\n    return sum(i.price for i in items)\n",
+            "docs/index.md": "Welcome. Login and billing are documented here.\n",
+            "logo.png": None,  # binary: indexed by its path only
+        }
+    )
     hits = index.search("Reject a wrong password at login")
     assert hits[0].path == "src/auth/login.py"
     assert "password" in hits[0].matched and "login" in hits[0].matched
@@ -48,9 +59,18 @@ def test_numbered_output_puts_the_path_after_its_number():
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    return subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, check=True, text=True).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], env=env, capture_output=True, check=True, text=True
+    ).stdout.strip()
 
 
 def test_from_git_indexes_the_revision_not_the_work_tree(tmp_path):

@@ -42,12 +42,24 @@ def make_env(fail_times: int | None) -> tuple[ToolServer, dict[str, int]]:
 
 
 def call_tool(url: str, trace_id: str) -> httpx.Response:
-    return httpx.post(f"{url}/tools/solve", json={"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "solve",
-                                               "arguments": "{}", "trace_id": trace_id, "item": {}})
+    return httpx.post(
+        f"{url}/tools/solve",
+        json={
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "solve",
+            "arguments": "{}",
+            "trace_id": trace_id,
+            "item": {},
+        },
+    )
 
 
 def endpoint_grader(url: str) -> Any:
-    return build_grader({"type": "endpoint", "name": "env", "url": f"{url}/grade", "retries": 3, "backoff_s": 0.0})
+    return build_grader(
+        {"type": "endpoint", "name": "env", "url": f"{url}/grade", "retries": 3, "backoff_s": 0.0}
+    )
 
 
 def test_a_grade_that_fails_once_then_succeeds_gives_the_real_score() -> None:
@@ -81,7 +93,10 @@ def test_grading_a_cleaned_up_trace_is_a_flagged_4xx() -> None:
         no_trace = httpx.post(f"{url}/grade", json={"sample": {}, "item": {}})
     assert first.score == 1.0
     assert again.error == "endpoint_grader_client_error"
-    assert "410" in again.metrics["error_details"] and "already cleaned up" in again.metrics["error_details"]
+    assert (
+        "410" in again.metrics["error_details"]
+        and "already cleaned up" in again.metrics["error_details"]
+    )
     assert math.isnan(again.score)
     assert tool_after.status_code == 410
     assert no_trace.status_code == 400

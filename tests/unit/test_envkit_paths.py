@@ -23,8 +23,18 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def call(url: str, path: str) -> httpx.Response:
-    return httpx.post(f"{url}/tools/read", json={"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "read",
-                                              "arguments": f'{{"path": "{path}"}}', "trace_id": "trace_p", "item": {}})
+    return httpx.post(
+        f"{url}/tools/read",
+        json={
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "read",
+            "arguments": f'{{"path": "{path}"}}',
+            "trace_id": "trace_p",
+            "item": {},
+        },
+    )
 
 
 def test_symlink_loops_and_long_names_are_a_400_for_the_model(workspace: Path) -> None:

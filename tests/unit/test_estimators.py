@@ -32,7 +32,12 @@ def test_pass_at_k_matches_enumeration(n: int) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(-5, 5, allow_nan=False) | st.sampled_from([0.0, 0.5, 1.0]), min_size=1, max_size=9), st.data())
+@given(
+    st.lists(
+        st.floats(-5, 5, allow_nan=False) | st.sampled_from([0.0, 0.5, 1.0]), min_size=1, max_size=9
+    ),
+    st.data(),
+)
 def test_best_of_k_matches_enumeration(rewards: list[float], data: st.DataObject) -> None:
     k = data.draw(st.integers(1, len(rewards)))
     assert best_of_k(rewards, k) == pytest.approx(brute_best_of_k(rewards, k), abs=1e-9)
@@ -44,7 +49,9 @@ def test_best_of_k_with_binary_rewards_is_pass_at_k() -> None:
         n = rng.randint(1, 40)
         outcomes = [float(rng.random() < 0.3) for _ in range(n)]
         k = rng.randint(1, n)
-        assert best_of_k(outcomes, k) == pytest.approx(pass_at_k(n, int(sum(outcomes)), k), abs=1e-12)
+        assert best_of_k(outcomes, k) == pytest.approx(
+            pass_at_k(n, int(sum(outcomes)), k), abs=1e-12
+        )
 
 
 def test_edges_and_monotonicity() -> None:
@@ -99,7 +106,11 @@ def test_row_means_average_a_rows_graded_rollouts_and_skip_failures():
         {"row": 0, "reward": 0.0, "grade": {"sub_scores": {"files": 0.0}}},
         {"row": 1, "reward": 0.3, "grade": {"sub_scores": {"files": 1.0}}},
         {"row": 1, "reward": 0.9, "discarded": True, "grade": None},
-        {"row": 1, "reward": 0.9, "grade": {"error": "python_grader_runtime_error", "sub_scores": {}}},
+        {
+            "row": 1,
+            "reward": 0.9,
+            "grade": {"error": "python_grader_runtime_error", "sub_scores": {}},
+        },
     ]
     assert row_means(recs) == {0: 0.5, 1: 0.3}
     assert row_means(recs, "files") == {0: 0.25, 1: 1.0}
@@ -111,7 +122,9 @@ def test_paired_difference_is_a_t_interval_around_the_mean():
     d = paired_difference([0.1, 0.2, 0.3, 0.4])
     assert d.mean == pytest.approx(0.25) and d.n == 4
     # sd = 0.1291, t(0.975, 3) = 3.1824: half-width 0.2054
-    assert d.low == pytest.approx(0.25 - 0.2054, abs=1e-3) and d.high == pytest.approx(0.25 + 0.2054, abs=1e-3)
+    assert d.low == pytest.approx(0.25 - 0.2054, abs=1e-3) and d.high == pytest.approx(
+        0.25 + 0.2054, abs=1e-3
+    )
     assert paired_difference([0.2] * 5).low == pytest.approx(0.2)  # no spread, no width
     assert "95% interval" in str(d)
     with pytest.raises(ValueError):

@@ -29,10 +29,19 @@ def _serve(conn: socket.socket, stop: threading.Event) -> None:
                 return
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+        length = next(
+            (
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            ),
+            0,
+        )
         while len(body) < length:
             body += conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n")
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+        )
         for _ in range(200):  # 40 s if nobody cuts it
             if stop.wait(0.2):
                 return
@@ -77,7 +86,9 @@ def trickle_url() -> Iterator[str]:
 def test_trickling_reply_is_cut_at_the_deadline_and_retried_as_a_timeout(trickle_url: str) -> None:
     async def main() -> None:
         async with new_client() as client:
-            await post_with_retries(client, trickle_url, b"{}", headers={}, timeout=1.0, retries=1, backoff_s=0.0)
+            await post_with_retries(
+                client, trickle_url, b"{}", headers={}, timeout=1.0, retries=1, backoff_s=0.0
+            )
 
     t0 = time.perf_counter()
     with pytest.raises(Exception, match=r"timed out after 1s \(after 2 attempts\)"):
@@ -105,7 +116,9 @@ def test_trickling_tool_discards_the_rollout_at_its_deadline(trickle_url: str) -
 
 
 def test_trickling_endpoint_grader_is_flagged_at_its_deadline(trickle_url: str) -> None:
-    g = build_grader({"type": "endpoint", "url": trickle_url, "timeout_s": 1, "retries": 1, "backoff_s": 0})
+    g = build_grader(
+        {"type": "endpoint", "url": trickle_url, "timeout_s": 1, "retries": 1, "backoff_s": 0}
+    )
     t0 = time.perf_counter()
     grade = g.grade({"output_text": "x"}, {}, "trace_y")
     assert grade.error == "unresponsive_reward_error"

@@ -31,16 +31,28 @@ STR = {"type": "object", "properties": {"text": {"type": "string"}}, "required":
 @env.tool(parameters=STR)
 def echo(ctx, text: str) -> str:
     with _lock:
-        LOG.append({"tool": "echo", "trace_id": ctx.trace_id, "item": ctx.item, "headers": ctx.headers, "text": text})
+        LOG.append(
+            {
+                "tool": "echo",
+                "trace_id": ctx.trace_id,
+                "item": ctx.item,
+                "headers": ctx.headers,
+                "text": text,
+            }
+        )
     return f"echo:{text}"
 
 
-@env.tool(parameters={"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]})
+@env.tool(
+    parameters={"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}
+)
 def sleep(ctx, ms: int) -> str:
     start = time.monotonic()
     time.sleep(ms / 1000)
     with _lock:
-        LOG.append({"tool": "sleep", "trace_id": ctx.trace_id, "start": start, "end": time.monotonic()})
+        LOG.append(
+            {"tool": "sleep", "trace_id": ctx.trace_id, "start": start, "end": time.monotonic()}
+        )
     return "slept"
 
 
@@ -56,7 +68,9 @@ def reject(ctx) -> str:
     raise ToolInputError("no such record: try another id")
 
 
-@env.tool(parameters={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+@env.tool(
+    parameters={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+)
 def big(ctx, n: int) -> str:
     return "x" * n
 
@@ -77,11 +91,31 @@ def call(name: str, **args) -> str:
     return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'
 
 
-def rollout(server, tokenizer, replies, n=1, rows=1, headers=None, timeout_s=5.0, retries=3, fields=None, max_tokens=200, **settings):
+def rollout(
+    server,
+    tokenizer,
+    replies,
+    n=1,
+    rows=1,
+    headers=None,
+    timeout_s=5.0,
+    retries=3,
+    fields=None,
+    max_tokens=200,
+    **settings,
+):
     specs = [ToolSpec(**s) for s in env.tool_specs(server, headers=headers)]
     tools = build_tools(specs, timeout_s=timeout_s, retries=retries, backoff_s=0.01)
     rs = RolloutSettings(ChatRenderer(tokenizer, specs), tools, **settings)
-    items = [Item(i, ({"role": "user", "content": f"task {i}"},), fields or {"row": i, "secret": f"s{i}"}, f"t:{i}") for i in range(rows)]
+    items = [
+        Item(
+            i,
+            ({"role": "user", "content": f"task {i}"},),
+            fields or {"row": i, "secret": f"s{i}"},
+            f"t:{i}",
+        )
+        for i in range(rows)
+    ]
     from tests.conftest import ScriptedPolicy
 
     policy = ScriptedPolicy(tokenizer, replies)
@@ -90,7 +124,12 @@ def rollout(server, tokenizer, replies, n=1, rows=1, headers=None, timeout_s=5.0
 
 
 def test_one_trace_id_per_rollout_across_calls_and_distinct_between_rollouts(server, tokenizer):
-    trajs = rollout(server, tokenizer, [call("echo", text="a"), call("echo", text="b") + call("echo", text="c"), "done"], n=3)
+    trajs = rollout(
+        server,
+        tokenizer,
+        [call("echo", text="a"), call("echo", text="b") + call("echo", text="c"), "done"],
+        n=3,
+    )
     assert all(t.stop_reason == StopReason.FINAL_ANSWER for t in trajs)
     by_trace: dict[str, list[str]] = {}
     for rec in (r for r in LOG if r["tool"] == "echo"):
@@ -102,7 +141,9 @@ def test_one_trace_id_per_rollout_across_calls_and_distinct_between_rollouts(ser
 
 
 def test_item_and_headers_arrive(server, tokenizer):
-    trajs = rollout(server, tokenizer, [call("echo", text="x"), "done"], rows=2, headers={"X-Api-Key": "k-123"})
+    trajs = rollout(
+        server, tokenizer, [call("echo", text="x"), "done"], rows=2, headers={"X-Api-Key": "k-123"}
+    )
     echoes = [r for r in LOG if r["tool"] == "echo"]
     assert len(echoes) == 2
     items = sorted((r["item"] for r in echoes), key=lambda i: i["row"])
@@ -143,7 +184,12 @@ def test_timeouts_are_honoured(server, tokenizer):
 
 
 def test_request_over_1mib_is_refused_without_sending(server, tokenizer):
-    huge = {"max_tokens": 10**7, "max_tokens_per_turn": 10**7, "max_tokens_per_episode": 10**7, "context_window": 10**8}
+    huge = {
+        "max_tokens": 10**7,
+        "max_tokens_per_turn": 10**7,
+        "max_tokens_per_episode": 10**7,
+        "context_window": 10**8,
+    }
     (traj,) = rollout(server, tokenizer, [call("echo", text="y" * (1 << 20)), "done"], **huge)
     result = traj.turns[0].tool_results[0]
     assert result.status == "refused" and "over 1 MiB" in result.output
@@ -161,7 +207,9 @@ def test_server_refuses_bodies_over_1mib_with_413(server):
     import httpx
 
     body = json.dumps({"trace_id": "t", "arguments": json.dumps({"text": "z" * (1 << 20)})})
-    r = httpx.post(server + "/tools/echo", content=body, headers={"content-type": "application/json"})
+    r = httpx.post(
+        server + "/tools/echo", content=body, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 413
 
 
@@ -180,7 +228,11 @@ def test_parallel_calls_of_one_turn_overlap(server, tokenizer):
 
 
 def test_invalid_call_is_shown_to_the_model_not_sent(server, tokenizer):
-    (traj,) = rollout(server, tokenizer, ['<tool_call>{"name": "echo", "arguments": {"text": 3}}</tool_call>', "done"])
+    (traj,) = rollout(
+        server,
+        tokenizer,
+        ['<tool_call>{"name": "echo", "arguments": {"text": 3}}</tool_call>', "done"],
+    )
     result = traj.turns[0].tool_results[0]
     assert result.status == "invalid_call"
     assert "invalid arguments for 'echo'" in result.output
@@ -189,7 +241,14 @@ def test_invalid_call_is_shown_to_the_model_not_sent(server, tokenizer):
 
 def test_python_tools_share_the_semantics(tokenizer):
     specs = [
-        ToolSpec(name="add", parameters={"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}, function="tests.unit.pytools:add"),
+        ToolSpec(
+            name="add",
+            parameters={
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            },
+            function="tests.unit.pytools:add",
+        ),
         ToolSpec(name="whoami", function="tests.unit.pytools:whoami"),
         ToolSpec(name="fragile", function="tests.unit.pytools:fragile"),
     ]
@@ -200,7 +259,9 @@ def test_python_tools_share_the_semantics(tokenizer):
 
     pytools.CALLS.clear()
     items = [Item(0, ({"role": "user", "content": "hi"},), {"k": 1}, "t:0")]
-    policy = ScriptedPolicy(tokenizer, [call("add", a=2, b=3) + call("whoami") + call("add", a="x", b=1), "done"])
+    policy = ScriptedPolicy(
+        tokenizer, [call("add", a=2, b=3) + call("whoami") + call("add", a="x", b=1), "done"]
+    )
     (g,) = run_groups(items, 2, rs, policy, SamplingParams(max_tokens=100))
     for t in g.trajectories:
         outs = [r.output for r in t.turns[0].tool_results]
@@ -223,17 +284,29 @@ def test_cleanup_endpoint_runs_the_hook():
     import httpx
 
     with serve_in_thread(kit.app) as url:
-        body = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "where", "arguments": "{}", "trace_id": "trace_a", "item": {}}
+        body = {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "where",
+            "arguments": "{}",
+            "trace_id": "trace_a",
+            "item": {},
+        }
         assert httpx.post(url + "/tools/where", json=body).json()["output"] == "ws-trace_a"
         assert kit.active_traces == ["trace_a"]
-        assert httpx.post(url + "/cleanup", json={"trace_id": "trace_a"}).json() == {"removed": True}
+        assert httpx.post(url + "/cleanup", json={"trace_id": "trace_a"}).json() == {
+            "removed": True
+        }
     assert removed == ["ws-trace_a"] and kit.active_traces == []
 
 
 def test_tools_are_picklable(server):
     import pickle
 
-    specs = [ToolSpec(**s) for s in env.tool_specs(server)] + [ToolSpec(name="add", function="tests.unit.pytools:add")]
+    specs = [ToolSpec(**s) for s in env.tool_specs(server)] + [
+        ToolSpec(name="add", function="tests.unit.pytools:add")
+    ]
     tools = build_tools(specs, timeout_s=1, retries=1, backoff_s=0)
     again = pickle.loads(pickle.dumps(tools))
     assert set(again) == set(tools)

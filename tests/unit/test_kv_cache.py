@@ -22,7 +22,9 @@ from tests.unit.test_rollout_engine import SPECS, call
 
 def entry(tokens: list[int], layers: int = 2) -> CachedPrefix:
     """1 head x len x 4 dims per layer, fp32: 32 bytes per token per layer."""
-    kv = tuple((torch.zeros(1, len(tokens), 4), torch.zeros(1, len(tokens), 4)) for _ in range(layers))
+    kv = tuple(
+        (torch.zeros(1, len(tokens), 4), torch.zeros(1, len(tokens), 4)) for _ in range(layers)
+    )
     return CachedPrefix(tuple(tokens), kv)
 
 
@@ -95,7 +97,9 @@ def test_an_episode_keys_every_turn_with_its_trace_id_and_releases_it(tokenizer:
     assert all(len(t.turns) == 3 for t in group.trajectories)
     assert {k for keys in policy.keys for k in keys} == traces and sum(map(len, policy.keys)) == 6
     assert sorted(released) == sorted(traces)
-    assert {"sampler/prefill_tokens", "sampler/reused_tokens", "sampler/batches"} <= set(sampler.metrics())
+    assert {"sampler/prefill_tokens", "sampler/reused_tokens", "sampler/batches"} <= set(
+        sampler.metrics()
+    )
 
 
 def test_policies_without_a_kv_cache_are_called_as_before(tokenizer: Any) -> None:
@@ -107,11 +111,24 @@ def test_the_job_sets_the_bound(tokenizer: Any) -> None:
     from agentrft.job import job_from_dict
     from agentrft.runtime import batched_sampler
 
-    grader = {"type": "string_check", "name": "g", "input": "{{sample.output_text}}", "reference": "x", "operation": "eq"}
-    base = {"training_file": "t.jsonl", "method": {"type": "reinforcement", "reinforcement": {"grader": grader}}}
+    grader = {
+        "type": "string_check",
+        "name": "g",
+        "input": "{{sample.output_text}}",
+        "reference": "x",
+        "operation": "eq",
+    }
+    base = {
+        "training_file": "t.jsonl",
+        "method": {"type": "reinforcement", "reinforcement": {"grader": grader}},
+    }
     policy = KeyedPolicy(tokenizer, ["ok"])
     default = batched_sampler(job_from_dict(base), policy, SamplingParams())
-    off = batched_sampler(job_from_dict({**base, "agentrft": {"sampling": {"kv_cache_mb": 0, "max_batch": 4}}}), policy, SamplingParams())
+    off = batched_sampler(
+        job_from_dict({**base, "agentrft": {"sampling": {"kv_cache_mb": 0, "max_batch": 4}}}),
+        policy,
+        SamplingParams(),
+    )
     assert default.kv_cache is not None and default.kv_cache.max_bytes == 1024 << 20
     assert off.kv_cache is not None and off.kv_cache.max_bytes == 0 and off.max_batch == 4
 
@@ -122,7 +139,9 @@ def test_a_growing_layer_holds_what_a_dynamic_layer_holds() -> None:
     from agentrft.policy.prefill import GrowingLayer
 
     grown, plain = GrowingLayer(reserve=2), DynamicLayer()
-    steps = [torch.randn(3, 2, n, 4) for n in (5, 1, 1, 1, 1)]  # a prefill, then decode steps past the reserve
+    steps = [
+        torch.randn(3, 2, n, 4) for n in (5, 1, 1, 1, 1)
+    ]  # a prefill, then decode steps past the reserve
     for k in steps:
         a, b = grown.update(k, -k), plain.update(k, -k)
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])

@@ -34,21 +34,31 @@ def imported_modules(path: Path, package_dir: Path = PACKAGE) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+                base = ".".join(
+                    [*package[: len(package) - node.level + 1], *([base] if base else [])]
+                )
             found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from agentrft import cli`
+            found.update(
+                f"{base}.{alias.name}" for alias in node.names
+            )  # `from agentrft import cli`
     return found
 
 
 def importers_of(target: str, among: list[Path]) -> list[str]:
-    return [module_name(p) for p in among if any(m == target or m.startswith(target + ".") for m in imported_modules(p))]
+    return [
+        module_name(p)
+        for p in among
+        if any(m == target or m.startswith(target + ".") for m in imported_modules(p))
+    ]
 
 
 def test_the_scan_sees_imports_in_every_form(tmp_path: Path) -> None:
     pkg = tmp_path / "agentrft" / "sub"
     pkg.mkdir(parents=True)
     src = pkg / "mod.py"
-    src.write_text("import agentrft.cli\nfrom agentrft import cli\ndef f():\n    from ..cli import main\n    from . import sibling\n")
+    src.write_text(
+        "import agentrft.cli\nfrom agentrft import cli\ndef f():\n    from ..cli import main\n    from . import sibling\n"
+    )
     found = imported_modules(src, tmp_path / "agentrft")
     assert {"agentrft.cli", "agentrft.cli.main", "agentrft.sub.sibling"} <= found
 
@@ -56,7 +66,9 @@ def test_the_scan_sees_imports_in_every_form(tmp_path: Path) -> None:
 def test_nothing_under_agentrft_imports_the_cli() -> None:
     assert len(SOURCES) > 20
     others = [p for p in SOURCES if p != PACKAGE / "cli.py"]
-    assert importers_of("agentrft.cli", others) == [], "cli.py is argument parsing only: move what these need out of it"
+    assert importers_of("agentrft.cli", others) == [], (
+        "cli.py is argument parsing only: move what these need out of it"
+    )
 
 
 @pytest.mark.parametrize("stage", ["rollout", "graders"])
@@ -68,8 +80,15 @@ def test_rollout_and_graders_never_import_their_callers(stage: str, caller: str)
 
 def calls_to(name: str, path: Path) -> int:
     tree = ast.parse(path.read_text(), filename=str(path))
-    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == name)
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == name
+    )
 
 
 def test_the_tool_budget_becomes_a_cap_only_in_runtime() -> None:
-    assert [module_name(p) for p in SOURCES if calls_to("tool_call_limit", p)] == ["agentrft.runtime"]
+    assert [module_name(p) for p in SOURCES if calls_to("tool_call_limit", p)] == [
+        "agentrft.runtime"
+    ]

@@ -22,7 +22,9 @@ def model_dir(path: Path, tokenizer: bool = True) -> Path:
 
 def adapter_dir(path: Path, base: str | None = "base-model") -> Path:
     path.mkdir(parents=True)
-    (path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base, "peft_type": "LORA"}))
+    (path / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": base, "peft_type": "LORA"})
+    )
     return path
 
 
@@ -50,7 +52,9 @@ def test_run_dir_means_its_latest_checkpoint(tmp_path: Path) -> None:
     (run / "checkpoints" / "step-11").mkdir()  # being written: nothing loadable yet
     (run / "checkpoints" / "notes").mkdir()
     assert latest_checkpoint(run) == run / "checkpoints" / "step-10" / "adapter"
-    assert resolve_ref(str(run)) == ResolvedRef("adapter", str(run / "checkpoints" / "step-10" / "adapter"), "base-model")
+    assert resolve_ref(str(run)) == ResolvedRef(
+        "adapter", str(run / "checkpoints" / "step-10" / "adapter"), "base-model"
+    )
     model_dir(run / "final" / "merged")
     assert resolve_ref(str(run)) == ResolvedRef("model", str(run / "final" / "merged"))
 

@@ -19,7 +19,10 @@ def rss_mb() -> float:
     raise AssertionError("no VmRSS")
 
 
-linux_glibc = pytest.mark.skipif(not Path("/proc/self/status").exists() or ctypes.util.find_library("c") is None, reason="Linux with glibc only")
+linux_glibc = pytest.mark.skipif(
+    not Path("/proc/self/status").exists() or ctypes.util.find_library("c") is None,
+    reason="Linux with glibc only",
+)
 
 
 @linux_glibc

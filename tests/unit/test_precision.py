@@ -28,13 +28,17 @@ def test_explicit_dtype_is_kept_whatever_the_hardware() -> None:
 
 @pytest.mark.parametrize("flag", ["avx512_bf16", "amx_bf16"])
 def test_auto_picks_bf16_on_a_cpu_with_bf16_units(flag: str) -> None:
-    choice = choose_dtype("auto", "cpu", cpu_flags=AVX2 | {"avx512f", flag}, cpu_name="Some Xeon", bf16_speedup=never)
+    choice = choose_dtype(
+        "auto", "cpu", cpu_flags=AVX2 | {"avx512f", flag}, cpu_name="Some Xeon", bf16_speedup=never
+    )
     assert choice.dtype == "bf16"
     assert flag in choice.reason and "Some Xeon" in choice.reason
 
 
 def test_auto_picks_fp32_on_an_avx2_only_cpu() -> None:
-    choice = choose_dtype("auto", "cpu", cpu_flags=AVX2 | {"avx512f"}, cpu_name="AMD EPYC", bf16_speedup=never)
+    choice = choose_dtype(
+        "auto", "cpu", cpu_flags=AVX2 | {"avx512f"}, cpu_name="AMD EPYC", bf16_speedup=never
+    )
     assert choice.dtype == "fp32"
     assert "no avx512_bf16" in choice.reason and "AMD EPYC" in choice.reason
     assert str(choice).startswith("fp32 (auto: ")
@@ -45,7 +49,9 @@ def test_without_flags_the_benchmark_decides() -> None:
     slow = choose_dtype("auto", "cpu", cpu_flags=None, bf16_speedup=lambda: 0.02)
     assert (fast.dtype, slow.dtype) == ("bf16", "fp32")
     assert "1.70x" in fast.reason and "0.02x" in slow.reason
-    assert choose_dtype("auto", "cpu", cpu_flags=None).dtype == "fp32"  # nothing known: the safe choice
+    assert (
+        choose_dtype("auto", "cpu", cpu_flags=None).dtype == "fp32"
+    )  # nothing known: the safe choice
 
 
 def test_auto_on_a_gpu_follows_its_bf16_support() -> None:
@@ -55,7 +61,9 @@ def test_auto_on_a_gpu_follows_its_bf16_support() -> None:
 
 def test_read_cpuinfo(tmp_path: Path) -> None:
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nmodel name\t: Test CPU @ 2GHz\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nmodel name\t: Test CPU @ 2GHz\nflags\t\t: fpu avx2 avx512_bf16\n")
+    info.write_text(
+        "processor\t: 0\nmodel name\t: Test CPU @ 2GHz\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nmodel name\t: Test CPU @ 2GHz\nflags\t\t: fpu avx2 avx512_bf16\n"
+    )
     assert read_cpuinfo(info) == ("Test CPU @ 2GHz", frozenset({"fpu", "avx2", "avx512_bf16"}))
     arm = tmp_path / "arm"
     arm.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
@@ -64,5 +72,21 @@ def test_read_cpuinfo(tmp_path: Path) -> None:
 
 
 def test_the_job_default_is_auto() -> None:
-    job = job_from_dict({"training_file": "t.jsonl", "method": {"type": "reinforcement", "reinforcement": {"grader": {"type": "string_check", "name": "g", "input": "{{sample.output_text}}", "reference": "x", "operation": "eq"}}}})
+    job = job_from_dict(
+        {
+            "training_file": "t.jsonl",
+            "method": {
+                "type": "reinforcement",
+                "reinforcement": {
+                    "grader": {
+                        "type": "string_check",
+                        "name": "g",
+                        "input": "{{sample.output_text}}",
+                        "reference": "x",
+                        "operation": "eq",
+                    }
+                },
+            },
+        }
+    )
     assert job.agentrft.dtype == "auto"

@@ -18,7 +18,9 @@ def test_the_recipes_in_the_checkout_are_found_and_expose_run():
 
 def test_a_new_folder_with_a_demo_is_a_recipe_and_a_wrong_name_lists_them(tmp_path):
     (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "demo.py").write_text("def run(out, steps=None, seed=None, job_path=None):\n    return {'ok': True}\n")
+    (tmp_path / "mine" / "demo.py").write_text(
+        "def run(out, steps=None, seed=None, job_path=None):\n    return {'ok': True}\n"
+    )
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "demo.py").write_text("x = 1\n")
     assert recipes.available(tmp_path) == ["broken", "mine"]
@@ -32,4 +34,6 @@ def test_a_new_folder_with_a_demo_is_a_recipe_and_a_wrong_name_lists_them(tmp_pa
 def test_demo_with_an_unknown_recipe_is_a_one_line_error(capsys):
     assert main(["demo", "no_such_recipe"]) == 2
     err = capsys.readouterr().err
-    assert "no recipe 'no_such_recipe'" in err and "file_selection" in err and "Traceback" not in err
+    assert (
+        "no recipe 'no_such_recipe'" in err and "file_selection" in err and "Traceback" not in err
+    )

@@ -19,22 +19,40 @@ SECTIONS = ("reward-curve", "tool-calls", "best-of-k", "trajectories")
 
 
 def test_full_report(tmp_path: Path) -> None:
-    before, after = eval_records(1, calls_mean=3, reward_p=0.2), eval_records(2, calls_mean=1, reward_p=0.7)
-    path = write_report(tmp_path / "out" / "report.html", metrics=metrics_rows(), before=before, after=after, rollouts=after, title="demo <run>")
+    before, after = (
+        eval_records(1, calls_mean=3, reward_p=0.2),
+        eval_records(2, calls_mean=1, reward_p=0.7),
+    )
+    path = write_report(
+        tmp_path / "out" / "report.html",
+        metrics=metrics_rows(),
+        before=before,
+        after=after,
+        rollouts=after,
+        title="demo <run>",
+    )
     page = path.read_text(encoding="utf-8")
     for sid in SECTIONS:
         assert f'<section id="{sid}">' in page
     images = IMG.findall(page)
-    assert [alt for alt, _ in images] == ["reward curve", "tool calls per rollout", "best-of-k curve"]
+    assert [alt for alt, _ in images] == [
+        "reward curve",
+        "tool calls per rollout",
+        "best-of-k curve",
+    ]
     for _, data in images:
         png = Image.open(io.BytesIO(base64.b64decode(data)))
         assert png.format == "PNG" and png.width > 600 and png.height > 250
         assert len(png.convert("RGB").getcolors(1 << 16) or []) > 20  # drawn, not blank
     assert page.count('class="traj"') == 4
-    assert NASTY not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page  # escaped
+    assert (
+        NASTY not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    )  # escaped
     assert "demo &lt;run&gt;" in page
     assert not re.search(r"<script|<link|src=\"http|url\(", page)  # self-contained, no scripts
-    assert "→ search({&quot;q&quot;: &quot;q0&quot;})" in page  # tool calls shown with their arguments
+    assert (
+        "→ search({&quot;q&quot;: &quot;q0&quot;})" in page
+    )  # tool calls shown with their arguments
     assert "<summary>prompt: 3 earlier messages" in page  # system + few-shot folded away
 
 
@@ -70,11 +88,16 @@ def test_summary_only_results_and_counts() -> None:
 def test_reads_what_agentrft_eval_writes() -> None:
     """`eval_results` (JSON, as written to disk) for the overview and histograms;
     `graded_records` for best-of-k and the conversations."""
-    before, after = graded_groups(1, calls_mean=3, reward_p=0.3), graded_groups(2, calls_mean=1, reward_p=0.8)
+    before, after = (
+        graded_groups(1, calls_mean=3, reward_p=0.3),
+        graded_groups(2, calls_mean=1, reward_p=0.8),
+    )
     results = [json.loads(json.dumps(eval_results(g))) for g in (before, after)]
     page = build_report(before=results[0], after=results[1])
     assert [alt for alt, _ in IMG.findall(page)] == ["tool calls per rollout"]
-    assert tool_call_counts(results[1]) == {int(k): v for k, v in eval_results(after)["tool_calls_histogram"].items()}
+    assert tool_call_counts(results[1]) == {
+        int(k): v for k, v in eval_results(after)["tool_calls_histogram"].items()
+    }
     mean_after = eval_results(after)["reward"]["mean"]
     assert f"<td>{mean_after:.3f}</td>" in page
     records = graded_records(after)

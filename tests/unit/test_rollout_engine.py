@@ -15,7 +15,15 @@ from agentrft.types import Item, Origin, StopReason
 from tests.conftest import ScriptedPolicy
 
 SPECS = [
-    ToolSpec(name="add", parameters={"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}, function="tests.unit.pytools:add"),
+    ToolSpec(
+        name="add",
+        parameters={
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"],
+        },
+        function="tests.unit.pytools:add",
+    ),
 ]
 
 
@@ -24,17 +32,33 @@ def call(a, b):
 
 
 def run(tokenizer, replies, n=1, sampling_max=200, few_shot=(), **settings):
-    renderer = ChatRenderer(tokenizer, SPECS, system_prompt="You add numbers.", few_shot_messages=few_shot)
-    rs = RolloutSettings(renderer, build_tools(SPECS, timeout_s=5, retries=0, backoff_s=0), **settings)
-    policy = ScriptedPolicy(tokenizer, replies, fewshot_turns=sum(m["role"] == "assistant" for m in few_shot))
+    renderer = ChatRenderer(
+        tokenizer, SPECS, system_prompt="You add numbers.", few_shot_messages=few_shot
+    )
+    rs = RolloutSettings(
+        renderer, build_tools(SPECS, timeout_s=5, retries=0, backoff_s=0), **settings
+    )
+    policy = ScriptedPolicy(
+        tokenizer, replies, fewshot_turns=sum(m["role"] == "assistant" for m in few_shot)
+    )
     items = [Item(0, ({"role": "user", "content": "What is 2 + 3, then + 4?"},), {}, "t:0")]
     (group,) = run_groups(items, n, rs, policy, SamplingParams(max_tokens=sampling_max))
     return group.trajectories, policy
 
 
 def test_recorded_tokens_are_exactly_what_the_model_saw(tokenizer):
-    few = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": call(1, 1)}, {"role": "tool", "content": "2"}, {"role": "assistant", "content": "2"}]
-    (traj,), policy = run(tokenizer, [call(2, 3)[len("<tool_call>"):], call(5, 4), "The answer is 9."], few_shot=few, prefills=("<tool_call>",))
+    few = [
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": call(1, 1)},
+        {"role": "tool", "content": "2"},
+        {"role": "assistant", "content": "2"},
+    ]
+    (traj,), policy = run(
+        tokenizer,
+        [call(2, 3)[len("<tool_call>") :], call(5, 4), "The answer is 9."],
+        few_shot=few,
+        prefills=("<tool_call>",),
+    )
     assert all(c.error is None for c in traj.tool_calls)
     assert traj.stop_reason == StopReason.FINAL_ANSWER and len(traj.turns) == 3
     assert len(policy.prompts) == 3
@@ -43,7 +67,7 @@ def test_recorded_tokens_are_exactly_what_the_model_saw(tokenizer):
     # between prompts, only sampled tokens and inserted ones; the sampled ones are the model's
     for k, prompt in enumerate(policy.prompts):
         nxt = len(policy.prompts[k + 1]) if k + 1 < len(policy.prompts) else len(traj.tokens)
-        span = traj.origins[len(prompt):nxt]
+        span = traj.origins[len(prompt) : nxt]
         n_sampled = sum(1 for o in span if o == Origin.SAMPLED)
         assert n_sampled == traj.turns[k].sampled_tokens
         assert all(o == Origin.SAMPLED for o in span[:n_sampled])  # sampled first, then glue
@@ -51,12 +75,14 @@ def test_recorded_tokens_are_exactly_what_the_model_saw(tokenizer):
 
 
 def test_only_sampled_tokens_are_trainable_and_carry_logprobs(tokenizer):
-    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefills=("<tool_call>",))
+    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>") :], "5"], prefills=("<tool_call>",))
     assert traj.turns[0].tool_calls[0].error is None
     for o, lp in zip(traj.origins, traj.logprobs, strict=True):
         assert (lp != 0.0) == (o == Origin.SAMPLED)
     # the prefill is recorded as inserted, and the reply text includes it
-    assert traj.count(Origin.PREFILL) == len(tokenizer.encode("<tool_call>", add_special_tokens=False))
+    assert traj.count(Origin.PREFILL) == len(
+        tokenizer.encode("<tool_call>", add_special_tokens=False)
+    )
     assert traj.turns[0].text.startswith("<tool_call>")
     # the tool's output is in the context as TOOL_OUTPUT tokens
     out_ids = [t for t, o in zip(traj.tokens, traj.origins, strict=True) if o == Origin.TOOL_OUTPUT]
@@ -74,10 +100,17 @@ def test_incremental_context_equals_a_full_render(tokenizer):
 
 
 def test_prefill_only_on_first_reply_by_default(tokenizer):
-    (traj,), policy = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefills=("<tool_call>",))
+    (traj,), policy = run(
+        tokenizer, [call(2, 3)[len("<tool_call>") :], "5"], prefills=("<tool_call>",)
+    )
     assert traj.turns[0].tool_calls[0].error is None
     assert not traj.turns[1].text.startswith("<tool_call>")
-    (traj,), _ = run(tokenizer, [call(2, 3)[len("<tool_call>"):], "5"], prefills=("<tool_call>",), prefill_all_turns=True)
+    (traj,), _ = run(
+        tokenizer,
+        [call(2, 3)[len("<tool_call>") :], "5"],
+        prefills=("<tool_call>",),
+        prefill_all_turns=True,
+    )
     assert traj.turns[1].text.startswith("<tool_call>")
 
 
@@ -86,7 +119,9 @@ def test_per_reply_prefills(tokenizer):
     (traj,), _ = run(tokenizer, ['2, "b": 3}}</tool_call>', '9"]'], prefills=(first, '["'))
     assert traj.turns[0].tool_calls[0].error is None and traj.turns[0].text.startswith(first)
     assert traj.turns[1].text == '["9"]'
-    assert traj.count(Origin.PREFILL) == len(tokenizer.encode(first, add_special_tokens=False)) + len(tokenizer.encode('["', add_special_tokens=False))
+    assert traj.count(Origin.PREFILL) == len(
+        tokenizer.encode(first, add_special_tokens=False)
+    ) + len(tokenizer.encode('["', add_special_tokens=False))
 
 
 def test_stop_rules(tokenizer):
@@ -94,7 +129,11 @@ def test_stop_rules(tokenizer):
     assert t.stop_reason == StopReason.MAX_EPISODE_STEPS and len(t.turns) == 3
     assert len(t.turns[-1].tool_results) == 1  # the last allowed turn's calls still ran
     (t,), _ = run(tokenizer, [call(1, 2) + call(3, 4)], max_tool_calls=3)
-    assert t.stop_reason == StopReason.MAX_TOOL_CALLS and len(t.tool_calls) == 4 and len(t.tool_results) == 2
+    assert (
+        t.stop_reason == StopReason.MAX_TOOL_CALLS
+        and len(t.tool_calls) == 4
+        and len(t.tool_results) == 2
+    )
     (t,), _ = run(tokenizer, ["word " * 50], max_tokens_per_turn=10)
     assert t.stop_reason == StopReason.MAX_TOKENS and t.turns[-1].sampled_tokens == 10
     (t,), _ = run(tokenizer, [call(1, 2)], max_tokens_per_episode=60)
@@ -112,7 +151,17 @@ def test_group_rollouts_have_distinct_trace_ids(tokenizer):
 def test_openai_style_tool_calls_in_few_shot_are_rendered_not_dropped(tokenizer):
     few = [
         {"role": "user", "content": "1+1?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 1}'}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 1, "b": 1}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "name": "add", "content": "2"},
         {"role": "assistant", "content": "2"},
     ]

@@ -18,7 +18,9 @@ from agentrft.cli import main
 from agentrft.graders import build_grader, sample_from_text
 from agentrft.sandbox import Limits
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (make sandbox)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap not installed (make sandbox)"
+)
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the root-specific escapes need root")
 FAST = Limits(cpu_s=5, wall_s=20, memory_mb=512, file_mb=16)
 
@@ -29,7 +31,10 @@ def needs_cgroup() -> None:
 
 
 def run(source: str, item: dict | None = None, limits: Limits = FAST, **spec):
-    g = build_grader({"type": "python", "name": "py", "source": textwrap.dedent(source), **spec}, python_limits=limits)
+    g = build_grader(
+        {"type": "python", "name": "py", "source": textwrap.dedent(source), **spec},
+        python_limits=limits,
+    )
     return g.grade(sample_from_text("x"), item or {})
 
 
@@ -38,7 +43,8 @@ def test_no_remount_unmount_or_write_to_the_host(tmp_path: Path) -> None:
     host = tmp_path / "host"
     host.mkdir()
     host.chmod(0o777)  # even a directory anyone may write to stays out of reach
-    grade = run("""
+    grade = run(
+        """
         import ctypes, os
         libc = ctypes.CDLL(None, use_errno=True)
         MS_REMOUNT, MS_BIND, MNT_DETACH = 32, 4096, 2
@@ -54,7 +60,9 @@ def test_no_remount_unmount_or_write_to_the_host(tmp_path: Path) -> None:
             except OSError:
                 pass
             return float(escaped)
-    """, {"dir": str(host)})
+    """,
+        {"dir": str(host)},
+    )
     assert grade.error is None, grade.metrics
     assert grade.score == 0.0, f"escape bits {grade.score:g}"
     assert not (host / "escape.txt").exists()
@@ -106,8 +114,11 @@ def test_no_network() -> None:
 
 def test_forks_are_capped() -> None:
     if sandbox.protection().cgroup is None and os.geteuid() != 0:
-        pytest.skip("without a cgroup, forks are capped only for root (RLIMIT_NPROC under the sandbox uid)")
-    grade = run("""
+        pytest.skip(
+            "without a cgroup, forks are capped only for root (RLIMIT_NPROC under the sandbox uid)"
+        )
+    grade = run(
+        """
         import os, time
         def grade(sample, item):
             children = []
@@ -121,7 +132,9 @@ def test_forks_are_capped() -> None:
                     os._exit(0)
                 children.append(pid)
             return float(len(children))
-    """, limits=Limits(cpu_s=5, wall_s=20, memory_mb=512, pids=16))
+    """,
+        limits=Limits(cpu_s=5, wall_s=20, memory_mb=512, pids=16),
+    )
     assert grade.error is None, grade.metrics
     assert grade.score < 16
 
@@ -130,7 +143,8 @@ def test_total_memory_is_capped_across_processes() -> None:
     """Three processes of 200 MB each stay within a 300 MB limit per process, but not
     within 300 MB for the sandbox."""
     needs_cgroup()
-    grade = run("""
+    grade = run(
+        """
         import os
         def grade(sample, item):
             pids = []
@@ -145,15 +159,20 @@ def test_total_memory_is_capped_across_processes() -> None:
                     os._exit(0)
                 pids.append(pid)
             return float(sum(os.waitpid(p, 0)[1] == 0 for p in pids))
-    """, limits=Limits(cpu_s=10, wall_s=30, memory_mb=300))
-    assert grade.error is not None or grade.score < 3, "all three held 200 MB each under a 300 MB limit"
+    """,
+        limits=Limits(cpu_s=10, wall_s=30, memory_mb=300),
+    )
+    assert grade.error is not None or grade.score < 3, (
+        "all three held 200 MB each under a 300 MB limit"
+    )
 
 
 def test_cpu_time_is_capped_for_the_whole_sandbox() -> None:
     """Two busy processes of 1.5 CPU seconds each pass a 2 s limit per process but not 2 s
     for the sandbox."""
     needs_cgroup()
-    grade = run("""
+    grade = run(
+        """
         import os, time
         def burn(seconds):
             end = time.process_time() + seconds
@@ -166,13 +185,18 @@ def test_cpu_time_is_capped_for_the_whole_sandbox() -> None:
                 os._exit(0)
             os.waitpid(pid, 0)
             return 1.0
-    """, limits=Limits(cpu_s=2, wall_s=30, memory_mb=512))
+    """,
+        limits=Limits(cpu_s=2, wall_s=30, memory_mb=512),
+    )
     assert grade.error == "python_grader_timeout", grade.metrics
 
 
 def test_limits_come_from_the_grader_in_the_job() -> None:
-    grade = run("import time\ndef grade(sample, item):\n    time.sleep(30)\n",
-                limits=Limits(), agentrft={"sandbox": {"wall_s": 1, "cpu_s": 1}})
+    grade = run(
+        "import time\ndef grade(sample, item):\n    time.sleep(30)\n",
+        limits=Limits(),
+        agentrft={"sandbox": {"wall_s": 1, "cpu_s": 1}},
+    )
     assert grade.error == "python_grader_timeout"
     assert "wall-clock limit of 1s" in grade.metrics["error_details"]
     assert grade.metrics["execution_time"] < 10
@@ -180,8 +204,28 @@ def test_limits_come_from_the_grader_in_the_job() -> None:
 
 def test_limits_come_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "grader.json"
-    spec.write_text(json.dumps({"type": "python", "source": "def grade(sample, item):\n    while True:\n        pass\n"}))
-    rc = main(["grader", "run", str(spec), "--model-sample", "x", "--json", "--cpu-s", "1", "--wall-s", "15"])
+    spec.write_text(
+        json.dumps(
+            {
+                "type": "python",
+                "source": "def grade(sample, item):\n    while True:\n        pass\n",
+            }
+        )
+    )
+    rc = main(
+        [
+            "grader",
+            "run",
+            str(spec),
+            "--model-sample",
+            "x",
+            "--json",
+            "--cpu-s",
+            "1",
+            "--wall-s",
+            "15",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 1
     assert out["metadata"]["error"] == "python_grader_timeout"
@@ -200,9 +244,15 @@ def test_limits_come_from_the_job(tmp_path: Path, capsys: pytest.CaptureFixture[
     job stays as it was."""
     from agentrft.job import load_job
 
-    grader = {"type": "python", "source": "import time\ndef grade(sample, item):\n    time.sleep(30)\n"}
-    job = {"training_file": "train.jsonl", "method": {"type": "reinforcement", "reinforcement": {"grader": grader}},
-           "agentrft": {"sandbox": {"wall_s": 1, "memory_mb": 300}}}
+    grader = {
+        "type": "python",
+        "source": "import time\ndef grade(sample, item):\n    time.sleep(30)\n",
+    }
+    job = {
+        "training_file": "train.jsonl",
+        "method": {"type": "reinforcement", "reinforcement": {"grader": grader}},
+        "agentrft": {"sandbox": {"wall_s": 1, "memory_mb": 300}},
+    }
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job))
     assert load_job(path).agentrft.sandbox.limits() == Limits(wall_s=1, memory_mb=300)

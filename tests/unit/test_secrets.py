@@ -24,23 +24,46 @@ from agentrft.tools.http import HttpTool
 from agentrft.train.observe import RunLog
 from agentrft.types import StopReason, ToolCall
 
-SECRETS = ["tool-secret-1", "url-pass-2", "query-secret-3", "grader-secret-4", "grader-query-5", "judge-secret-6", "env-secret-7"]
+SECRETS = [
+    "tool-secret-1",
+    "url-pass-2",
+    "query-secret-3",
+    "grader-secret-4",
+    "grader-query-5",
+    "judge-secret-6",
+    "env-secret-7",
+]
 
 
 def secret_job(tmp: Path, url: str = "http://127.0.0.1:9") -> dict[str, Any]:
     host = url.split("://", 1)[1]
     return {
-        "training_file": "train.jsonl", "seed": 1,
-        "method": {"type": "reinforcement", "reinforcement": {
-            "grader": {"type": "endpoint", "name": "env", "url": f"http://{host}/grade?token=grader-query-5",
-                       "headers": {"X-Api-Key": "grader-secret-4"}},
-            "tools": [{"name": "lookup", "description": "look a word up",
-                       "parameters": {"type": "object", "properties": {}},
-                       "server_url": f"http://user:url-pass-2@{host}/tools/lookup?api_key=query-secret-3",
-                       "headers": {"Authorization": "Bearer tool-secret-1"}}],
-        }},
-        "agentrft": {"judge": {"headers": {"Authorization": "judge-secret-6"}},
-                     "environment": {"app": "nowhere:app", "env": {"DB_PASSWORD": "env-secret-7"}}},
+        "training_file": "train.jsonl",
+        "seed": 1,
+        "method": {
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": {
+                    "type": "endpoint",
+                    "name": "env",
+                    "url": f"http://{host}/grade?token=grader-query-5",
+                    "headers": {"X-Api-Key": "grader-secret-4"},
+                },
+                "tools": [
+                    {
+                        "name": "lookup",
+                        "description": "look a word up",
+                        "parameters": {"type": "object", "properties": {}},
+                        "server_url": f"http://user:url-pass-2@{host}/tools/lookup?api_key=query-secret-3",
+                        "headers": {"Authorization": "Bearer tool-secret-1"},
+                    }
+                ],
+            },
+        },
+        "agentrft": {
+            "judge": {"headers": {"Authorization": "judge-secret-6"}},
+            "environment": {"app": "nowhere:app", "env": {"DB_PASSWORD": "env-secret-7"}},
+        },
     }
 
 
@@ -56,7 +79,10 @@ def assert_clean(run_dir: Path) -> None:
 
 
 def test_redaction_of_urls_and_jobs() -> None:
-    assert redact_url("https://bob:pw@h.example/x?api_key=k1&q=2") == f"https://{REDACTED}@h.example/x?api_key={REDACTED}&q={REDACTED}"
+    assert (
+        redact_url("https://bob:pw@h.example/x?api_key=k1&q=2")
+        == f"https://{REDACTED}@h.example/x?api_key={REDACTED}&q={REDACTED}"
+    )
     assert redact_urls("http://h/a?key=s1: HTTP 500") == f"http://h/a?key={REDACTED}: HTTP 500"
     job = redact_job(secret_job(Path(".")))
     text = json.dumps(job)
@@ -64,7 +90,9 @@ def test_redaction_of_urls_and_jobs() -> None:
     assert job["method"]["reinforcement"]["tools"][0]["headers"] == {"Authorization": REDACTED}
 
 
-def test_a_failed_run_leaves_no_secret_on_disk_and_resume_restores_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failed_run_leaves_no_secret_on_disk_and_resume_restores_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     job_path = tmp_path / "job.json"
     job_path.write_text(json.dumps(secret_job(tmp_path)))
     (tmp_path / "train.jsonl").write_text("not json\n")  # the run fails after writing its folder
@@ -98,7 +126,10 @@ def test_url_credentials_stay_out_of_discard_reasons_and_metric_keys(tmp_path: P
         timeout_s = None
 
     with serve_in_thread(env.app) as url:
-        Spec.server_url = url.replace("http://", "http://user:url-pass-2@") + "/tools/lookup?api_key=query-secret-3"  # type: ignore[attr-defined]
+        Spec.server_url = (
+            url.replace("http://", "http://user:url-pass-2@")
+            + "/tools/lookup?api_key=query-secret-3"
+        )  # type: ignore[attr-defined]
         tool = HttpTool(Spec(), timeout_s=2, retries=1, backoff_s=0)
 
         async def call() -> None:

@@ -40,11 +40,21 @@ def test_bodies_over_the_cap_get_413(base_url: str) -> None:
 
 
 def test_a_5_mib_prompt_does_not_stall_health(base_url: str) -> None:
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello world " * (5 * (1 << 20) // 12)}]}).encode()
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hello world " * (5 * (1 << 20) // 12)}],
+        }
+    ).encode()
     result: dict[str, Any] = {}
 
     def send() -> None:
-        result["reply"] = httpx.post(base_url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=120)
+        result["reply"] = httpx.post(
+            base_url + "/v1/chat/completions",
+            content=body,
+            headers={"content-type": "application/json"},
+            timeout=120,
+        )
 
     worker = threading.Thread(target=send)
     with httpx.Client(base_url=base_url, timeout=10) as h:
@@ -71,7 +81,12 @@ def test_a_long_prompt_is_tokenized_off_the_event_loop(base_url: str) -> None:
     result: dict[str, Any] = {}
 
     def send() -> None:
-        result["reply"] = httpx.post(base_url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=120)
+        result["reply"] = httpx.post(
+            base_url + "/v1/chat/completions",
+            content=body,
+            headers={"content-type": "application/json"},
+            timeout=120,
+        )
 
     worker = threading.Thread(target=send)
     with httpx.Client(base_url=base_url, timeout=10) as h:
@@ -85,13 +100,21 @@ def test_a_long_prompt_is_tokenized_off_the_event_loop(base_url: str) -> None:
             time.sleep(0.01)
     worker.join()
     error = result["reply"].json()["error"]
-    assert error["code"] == "context_length_exceeded" and "However, the messages take 2" in error["message"]  # counted, not estimated
+    assert (
+        error["code"] == "context_length_exceeded"
+        and "However, the messages take 2" in error["message"]
+    )  # counted, not estimated
     assert max(latencies) < 0.1, f"/health stalled {max(latencies):.2f}s"
 
 
 def test_streaming_text_with_the_sdk(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "sunny"}], stream=True,
-                                            stream_options={"include_usage": True}, n=2)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "sunny"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        n=2,
+    )
     text: dict[int, str] = {0: "", 1: ""}
     finish: dict[int, str | None] = {}
     usage = None
@@ -108,14 +131,20 @@ def test_streaming_text_with_the_sdk(client: openai.OpenAI) -> None:
     assert text == {0: "It is sunny in Paris.", 1: "It is sunny in Paris."}
     assert finish == {0: "stop", 1: "stop"}
     assert len(ids) == 1
-    assert usage is not None and usage.completion_tokens > 0 and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert (
+        usage is not None
+        and usage.completion_tokens > 0
+        and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    )
 
 
 def test_streaming_tool_calls_with_the_sdk(client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": "two calls"}]
     calls: dict[int, dict[str, str]] = {}
     finish = None
-    for chunk in client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], stream=True):
+    for chunk in client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], stream=True
+    ):
         for c in chunk.choices:
             for d in c.delta.tool_calls or []:
                 entry = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
@@ -128,7 +157,9 @@ def test_streaming_tool_calls_with_the_sdk(client: openai.OpenAI) -> None:
     assert all(c["name"] == "get_weather" and c["id"].startswith("call_") for c in calls.values())
 
     # the SDK's own accumulator reads the same stream into a whole completion
-    with client.chat.completions.stream(model=MODEL, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER]) as s:
+    with client.chat.completions.stream(
+        model=MODEL, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER]
+    ) as s:
         final = s.get_final_completion()
     (choice,) = final.choices
     assert choice.finish_reason == "tool_calls"
@@ -138,5 +169,7 @@ def test_streaming_tool_calls_with_the_sdk(client: openai.OpenAI) -> None:
 
 def test_stream_errors_are_plain_json(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "robot", "content": "x"}], stream=True)
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "robot", "content": "x"}], stream=True
+        )
     assert info.value.body["param"] == "messages[0].role"

@@ -16,8 +16,16 @@ from tests.conftest import ScriptedPolicy
 STR = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 CALL = '<tool_call>{"name": "echo", "arguments": {"text": "x"}}</tool_call>'
 GRADER = {  # at most one tool call, and the answer must be "done"
-    "type": "tool_budget", "name": "budget", "max_tool_calls": 1,
-    "grader": {"type": "string_check", "name": "answer", "input": "{{sample.output_text}}", "reference": "done", "operation": "eq"},
+    "type": "tool_budget",
+    "name": "budget",
+    "max_tool_calls": 1,
+    "grader": {
+        "type": "string_check",
+        "name": "answer",
+        "input": "{{sample.output_text}}",
+        "reference": "done",
+        "operation": "eq",
+    },
 }
 
 
@@ -31,10 +39,24 @@ def test_rollouts_then_grades_cap_calls_at_the_budget_and_release_every_trace(to
     kit = ToolServer("stages")
     kit.tool(lambda ctx, text: f"echo:{text}", name="echo", parameters=STR)
     kit.on_cleanup(lambda ctx: cleaned.append(ctx.trace_id))
-    job = job_from_dict({"training_file": "train.jsonl", "method": {"type": "reinforcement", "reinforcement": {
-        "grader": GRADER, "tools": [{"name": "echo", "parameters": STR, "server_url": "/tools/echo"}], "max_episode_steps": 6}}})
+    job = job_from_dict(
+        {
+            "training_file": "train.jsonl",
+            "method": {
+                "type": "reinforcement",
+                "reinforcement": {
+                    "grader": GRADER,
+                    "tools": [{"name": "echo", "parameters": STR, "server_url": "/tools/echo"}],
+                    "max_episode_steps": 6,
+                },
+            },
+        }
+    )
     grader = build_grader(job.rl.grader)
-    items = [Item(i, ({"role": "user", "content": text},), {}, f"t:{i}") for i, text in enumerate(["direct", "chatty"])]
+    items = [
+        Item(i, ({"role": "user", "content": text},), {}, f"t:{i}")
+        for i, text in enumerate(["direct", "chatty"])
+    ]
     policy = ScriptedPolicy(tokenizer, reply)
     with serve_in_thread(kit.app) as url:
         settings = settings_from_job(job, policy, url, grader)
@@ -46,8 +68,12 @@ def test_rollouts_then_grades_cap_calls_at_the_budget_and_release_every_trace(to
     direct, chatty = graded
     assert [reward_of(g) for g in direct.grades] == [1.0, 1.0]
     assert [reward_of(g) for g in chatty.grades] == [-1.0, -1.0]  # over budget
-    for traj in chatty.trajectories:  # stopped at call 2 of a budget of 1: its grade was -1 whatever came next
+    for traj in (
+        chatty.trajectories
+    ):  # stopped at call 2 of a budget of 1: its grade was -1 whatever came next
         assert traj.stop_reason == StopReason.MAX_TOOL_CALLS and len(traj.tool_calls) == 2
     assert set(sampling) == {"time/sampling_s", "memory/sampling_peak_mb"}
     assert set(grading) == {"time/grading_s", "memory/grading_peak_mb"}
-    assert sorted(cleaned) == sorted(t.trace_id for g in graded for t in g.trajectories if t.tool_calls)
+    assert sorted(cleaned) == sorted(
+        t.trace_id for g in graded for t in g.trajectories if t.tool_calls
+    )

@@ -11,8 +11,17 @@ from hypothesis import strategies as st
 from agentrft.policy.tool_format import CLOSE, OPEN, parse_reply
 
 SCHEMAS = {
-    "grep": {"type": "object", "properties": {"pattern": {"type": "string"}, "max": {"type": "integer"}}, "required": ["pattern"], "additionalProperties": False},
-    "read_file": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    "grep": {
+        "type": "object",
+        "properties": {"pattern": {"type": "string"}, "max": {"type": "integer"}},
+        "required": ["pattern"],
+        "additionalProperties": False,
+    },
+    "read_file": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    },
 }
 
 
@@ -22,17 +31,24 @@ def test_plain_text_is_a_final_answer():
 
 
 def test_several_calls_in_one_reply_keep_their_order():
-    r = parse_reply('Let me look.\n<tool_call>{"name": "grep", "arguments": {"pattern": "auth"}}</tool_call>\n'
-                    '<tool_call>{"name": "read_file", "arguments": {"path": "a.py"}}</tool_call>', SCHEMAS)
+    r = parse_reply(
+        'Let me look.\n<tool_call>{"name": "grep", "arguments": {"pattern": "auth"}}</tool_call>\n'
+        '<tool_call>{"name": "read_file", "arguments": {"path": "a.py"}}</tool_call>',
+        SCHEMAS,
+    )
     assert [c.name for c in r.calls] == ["grep", "read_file"]
     assert all(c.error is None for c in r.calls)
     assert json.loads(r.calls[0].arguments) == {"pattern": "auth"}
     assert r.text == "Let me look."
-    assert len({c.call_id for c in r.calls}) == 2 and all(c.call_id.startswith("call_") and c.id.startswith("fc_") for c in r.calls)
+    assert len({c.call_id for c in r.calls}) == 2 and all(
+        c.call_id.startswith("call_") and c.id.startswith("fc_") for c in r.calls
+    )
 
 
 def test_arguments_as_json_string_are_accepted():
-    r = parse_reply('<tool_call>{"name": "grep", "arguments": "{\\"pattern\\": \\"x\\"}"}</tool_call>', SCHEMAS)
+    r = parse_reply(
+        '<tool_call>{"name": "grep", "arguments": "{\\"pattern\\": \\"x\\"}"}</tool_call>', SCHEMAS
+    )
     assert r.calls[0].error is None and json.loads(r.calls[0].arguments) == {"pattern": "x"}
 
 
@@ -57,7 +73,10 @@ def test_errors_say_exactly_what_was_wrong():
     for text, expected in cases.items():
         r = parse_reply(text, SCHEMAS)
         assert len(r.calls) == 1, text
-        assert r.calls[0].error is not None and expected in r.calls[0].error, (text, r.calls[0].error)
+        assert r.calls[0].error is not None and expected in r.calls[0].error, (
+            text,
+            r.calls[0].error,
+        )
         assert not r.is_final  # an attempted call is never mistaken for an answer
 
 
@@ -66,7 +85,18 @@ def test_deeply_nested_json_does_not_crash():
     assert r.calls[0].error
 
 
-_pieces = st.sampled_from(list('{}[]":,<>/ \n\\abcxyz_01') + [OPEN, CLOSE, '"name"', '"arguments"', '"grep"', '"pattern"', '{"name": "grep", "arguments": {"pattern": "a"}}'])
+_pieces = st.sampled_from(
+    list('{}[]":,<>/ \n\\abcxyz_01')
+    + [
+        OPEN,
+        CLOSE,
+        '"name"',
+        '"arguments"',
+        '"grep"',
+        '"pattern"',
+        '{"name": "grep", "arguments": {"pattern": "a"}}',
+    ]
+)
 _texty = st.lists(_pieces, max_size=60).map("".join)
 
 
@@ -87,10 +117,19 @@ def test_never_raises_and_never_drops_an_attempted_call(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["grep", "read_file"]), st.text(max_size=30)), min_size=1, max_size=5), st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=50))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["grep", "read_file"]), st.text(max_size=30)),
+        min_size=1,
+        max_size=5,
+    ),
+    st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=50),
+)
 def test_valid_calls_round_trip(calls, prose):
     key = {"grep": "pattern", "read_file": "path"}
-    text = prose + "".join(OPEN + json.dumps({"name": n, "arguments": {key[n]: v}}) + CLOSE for n, v in calls)
+    text = prose + "".join(
+        OPEN + json.dumps({"name": n, "arguments": {key[n]: v}}) + CLOSE for n, v in calls
+    )
     r = parse_reply(text, SCHEMAS)
     assert [(c.name, json.loads(c.arguments)[key[c.name]]) for c in r.calls] == calls
     assert all(c.error is None for c in r.calls)

@@ -24,11 +24,18 @@ class GitRepo:
         self.git("init", "-q", "-b", "main")
 
     def git(self, *args: str | bytes) -> str:
-        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.com",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.com",
+        }
         when = f"@{T0 + 60 * self.minute} +0000"
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = when
-        out = subprocess.run(["git", "-C", str(self.path), *args], env=env, capture_output=True, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(self.path), *args], env=env, capture_output=True, check=True
+        )
         return out.stdout.decode().strip()
 
     def write(self, rel: str | bytes, content: str | bytes = "x\n") -> None:
@@ -67,7 +74,9 @@ def load_env_module() -> Callable[[], ModuleType]:
     """Loads a fresh copy of recipes/file_selection/env.py (its own ToolServer, no shared state)."""
 
     def load() -> ModuleType:
-        spec = importlib.util.spec_from_file_location(f"file_selection_env_{uuid.uuid4().hex}", RECIPE / "env.py")
+        spec = importlib.util.spec_from_file_location(
+            f"file_selection_env_{uuid.uuid4().hex}", RECIPE / "env.py"
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

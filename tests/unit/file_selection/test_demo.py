@@ -24,24 +24,43 @@ def demo():  # type: ignore[no-untyped-def]
 
 def test_demo_job_reads_the_demo_data_and_writes_under_its_folder(demo, tmp_path):
     job = demo.demo_job(tmp_path / "data", tmp_path / "out", steps=3, seed=11)
-    assert job.training_file == str(tmp_path / "data" / "train.jsonl") and job.validation_file is None
+    assert (
+        job.training_file == str(tmp_path / "data" / "train.jsonl") and job.validation_file is None
+    )
     assert job.seed == 11 and job.agentrft.output_dir == str(tmp_path / "out")
     assert job.agentrft.train.max_steps == 3 and job.agentrft.train.checkpoint_interval == 3
     assert job.agentrft.environment is not None
-    assert (job.resolve_path(job.agentrft.environment.dir) / "env.py").resolve() == RECIPE / "env.py"  # the environment still starts from the recipe
+    assert (
+        job.resolve_path(job.agentrft.environment.dir) / "env.py"
+    ).resolve() == RECIPE / "env.py"  # the environment still starts from the recipe
 
 
 def record(reward, calls, request):  # type: ignore[no-untyped-def]
-    messages = [{"role": "system", "content": "SYSTEM PROMPT"}, {"role": "user", "content": "worked example"},
-                {"role": "user", "content": request}]
+    messages = [
+        {"role": "system", "content": "SYSTEM PROMPT"},
+        {"role": "user", "content": "worked example"},
+        {"role": "user", "content": request},
+    ]
     if calls:
-        messages += [{"role": "assistant", "content": "<tool_call>...</tool_call>"}, {"role": "tool", "name": "grep", "content": "src/a.py"}]
+        messages += [
+            {"role": "assistant", "content": "<tool_call>...</tool_call>"},
+            {"role": "tool", "name": "grep", "content": "src/a.py"},
+        ]
     messages.append({"role": "assistant", "content": '["src/a.py"]'})
-    return {"reward": reward, "num_tool_calls": calls, "messages": messages, "item": {"files": ["src/a.py"]}}
+    return {
+        "reward": reward,
+        "num_tool_calls": calls,
+        "messages": messages,
+        "item": {"files": ["src/a.py"]},
+    }
 
 
 def test_the_best_rollout_with_a_tool_call_is_shown_from_its_request_on(demo):
-    records = [record(0.9, 0, "no tools used"), record(0.4, 1, "the winner"), record(0.2, 2, "a loser")]
+    records = [
+        record(0.9, 0, "no tools used"),
+        record(0.4, 1, "the winner"),
+        record(0.2, 2, "a loser"),
+    ]
     with console.capture() as cap:
         demo.show_best_rollout(records, "trained")
     out = cap.get()
@@ -53,8 +72,14 @@ def test_the_best_rollout_with_a_tool_call_is_shown_from_its_request_on(demo):
 
 
 def test_headline_names_the_reward_formula_and_every_sub_grader(demo):
-    res = {"reward": {"mean": 0.25}, "sub_rewards": {"files": 0.1, "files.precision": 0.2, "found": 0.5},
-           "tool_calls": {"p50": 1.0, "p95": 2.0}, "turns": {"mean": 2.0}, "sampled_tokens": {"mean": 30.0}, "invalid_tool_calls": 3}
+    res = {
+        "reward": {"mean": 0.25},
+        "sub_rewards": {"files": 0.1, "files.precision": 0.2, "found": 0.5},
+        "tool_calls": {"p50": 1.0, "p95": 2.0},
+        "turns": {"mean": 2.0},
+        "sampled_tokens": {"mean": 30.0},
+        "invalid_tool_calls": 3,
+    }
     row = demo.headline(res, "0.6 * files + 0.4 * found")
     assert row["reward (0.6 * files + 0.4 * found)"] == 0.25
     assert row["mean file F1"] == 0.1 and row["sub-grader found"] == 0.5
@@ -62,8 +87,14 @@ def test_headline_names_the_reward_formula_and_every_sub_grader(demo):
 
 
 def test_the_demo_can_run_a_variant_of_the_job(demo, tmp_path):
-    job = demo.demo_job(tmp_path / "data", tmp_path / "out", None, None, RECIPE / "history" / "job_v5.yaml")
-    assert job.rl.grader["calculate_output"] == "0.7 * files + 0.3 * near"  # v5's reward, not job.yaml's
+    job = demo.demo_job(
+        tmp_path / "data", tmp_path / "out", None, None, RECIPE / "history" / "job_v5.yaml"
+    )
+    assert (
+        job.rl.grader["calculate_output"] == "0.7 * files + 0.3 * near"
+    )  # v5's reward, not job.yaml's
     assert job.training_file == str(tmp_path / "data" / "train.jsonl")
     assert job.agentrft.environment is not None
-    assert (job.resolve_path(job.agentrft.environment.dir) / "env.py").resolve() == RECIPE / "env.py"
+    assert (
+        job.resolve_path(job.agentrft.environment.dir) / "env.py"
+    ).resolve() == RECIPE / "env.py"

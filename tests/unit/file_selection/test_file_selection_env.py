@@ -41,7 +41,13 @@ def repo_item(make_repo, outside: Path) -> dict:
     r.write("a.txt", "head version\n")
     r.write("new.txt", "only at HEAD\n")
     head = r.commit("Change a.txt and add new.txt")
-    return {"repo": str(r.path), "commit": head, "parent": parent, "files": ["a.txt", "new.txt"], "renamed_from": {}}
+    return {
+        "repo": str(r.path),
+        "commit": head,
+        "parent": parent,
+        "files": ["a.txt", "new.txt"],
+        "renamed_from": {},
+    }
 
 
 @pytest.fixture
@@ -65,8 +71,15 @@ def server(env_module: ModuleType):
 
 def call(client: httpx.Client, trace_id: str, item: dict, name: str, **arguments) -> httpx.Response:
     """POST one tool call in the OpenAI Agent RFT shape."""
-    body = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:8]}", "call_id": f"call_{uuid.uuid4().hex[:8]}",
-            "name": name, "arguments": json.dumps(arguments), "trace_id": trace_id, "item": item}
+    body = {
+        "type": "function_call",
+        "id": f"fc_{uuid.uuid4().hex[:8]}",
+        "call_id": f"call_{uuid.uuid4().hex[:8]}",
+        "name": name,
+        "arguments": json.dumps(arguments),
+        "trace_id": trace_id,
+        "item": item,
+    }
     return client.post(f"/tools/{name}", json=body)
 
 
@@ -83,7 +96,10 @@ def workspace_of(workspaces: Path, trace_id: str) -> Path:
 
 
 def test_workspace_is_the_parent_commit_not_head(server, repo_item):
-    assert output(call(server, "trace_a", repo_item, "read_file", path="a.txt", end_line=1)) == "1: parent version\n... (300 lines in all; continue with start_line=2)"
+    assert (
+        output(call(server, "trace_a", repo_item, "read_file", path="a.txt", end_line=1))
+        == "1: parent version\n... (300 lines in all; continue with start_line=2)"
+    )
     missing = call(server, "trace_a", repo_item, "read_file", path="new.txt")
     assert missing.status_code == 400 and "no such file" in missing.text
     assert "new.txt" not in output(call(server, "trace_a", repo_item, "list_files"))
@@ -91,27 +107,39 @@ def test_workspace_is_the_parent_commit_not_head(server, repo_item):
 
 def test_concurrent_rollouts_have_separate_workspaces(server, repo_item, workspaces):
     with ThreadPoolExecutor(2) as pool:
-        listings = list(pool.map(lambda t: output(call(server, t, repo_item, "list_files")), ["trace_a", "trace_b"]))
+        listings = list(
+            pool.map(
+                lambda t: output(call(server, t, repo_item, "list_files")), ["trace_a", "trace_b"]
+            )
+        )
     assert listings[0] == listings[1] and "src/main.py" in listings[0]
     ws_a, ws_b = workspace_of(workspaces, "trace_a"), workspace_of(workspaces, "trace_b")
     assert ws_a != ws_b
     (ws_a / "scratch.txt").write_text("written in a\n")
     (ws_a / "a.txt").write_text("changed in a\n")
-    assert output(call(server, "trace_a", repo_item, "read_file", path="scratch.txt")) == "1: written in a"
+    assert (
+        output(call(server, "trace_a", repo_item, "read_file", path="scratch.txt"))
+        == "1: written in a"
+    )
     assert call(server, "trace_b", repo_item, "read_file", path="scratch.txt").status_code == 400
-    assert output(call(server, "trace_b", repo_item, "read_file", path="a.txt", end_line=1)).startswith("1: parent version")
+    assert output(
+        call(server, "trace_b", repo_item, "read_file", path="a.txt", end_line=1)
+    ).startswith("1: parent version")
 
 
-@pytest.mark.parametrize("tool,args", [
-    ("read_file", {"path": "../outside/secret.txt"}),
-    ("read_file", {"path": "src/../../outside/secret.txt"}),
-    ("read_file", {"path": "/etc/passwd"}),
-    ("read_file", {"path": "escape/secret.txt"}),
-    ("read_file", {"path": "secret_link"}),
-    ("list_files", {"path": "escape"}),
-    ("grep", {"pattern": "read", "path": "escape"}),
-    ("grep", {"pattern": "read", "path": ".."}),
-])
+@pytest.mark.parametrize(
+    "tool,args",
+    [
+        ("read_file", {"path": "../outside/secret.txt"}),
+        ("read_file", {"path": "src/../../outside/secret.txt"}),
+        ("read_file", {"path": "/etc/passwd"}),
+        ("read_file", {"path": "escape/secret.txt"}),
+        ("read_file", {"path": "secret_link"}),
+        ("list_files", {"path": "escape"}),
+        ("grep", {"pattern": "read", "path": "escape"}),
+        ("grep", {"pattern": "read", "path": ".."}),
+    ],
+)
 def test_paths_outside_the_workspace_are_refused(server, repo_item, tool, args):
     resp = call(server, "trace_a", repo_item, tool, **args)
     assert resp.status_code == 400, resp.text
@@ -119,17 +147,31 @@ def test_paths_outside_the_workspace_are_refused(server, repo_item, tool, args):
 
 
 def test_symlinks_inside_the_workspace_work_and_grep_skips_escaping_ones(server, repo_item):
-    assert output(call(server, "t", repo_item, "read_file", path="inside_link", end_line=1)) == "1: import os\n... (5 lines in all; continue with start_line=2)"
+    assert (
+        output(call(server, "t", repo_item, "read_file", path="inside_link", end_line=1))
+        == "1: import os\n... (5 lines in all; continue with start_line=2)"
+    )
     assert "do not read" not in output(call(server, "t", repo_item, "grep", pattern="not read"))
 
 
 def test_grep(server, repo_item, env_module, monkeypatch):
     assert output(call(server, "t", repo_item, "grep", pattern=r"def parse\w*")) == (
-        "inside_link:4: def parse(text):\nsrc/main.py:4: def parse(text):\nsrc/util/strings.py:1: def parse_words(s):")
-    assert output(call(server, "t", repo_item, "grep", pattern="PARSE_", ignore_case=True, path="src")) == "src/util/strings.py:1: def parse_words(s):"
-    assert output(call(server, "t", repo_item, "grep", pattern="def", path="src", glob="util/*.py")) == "src/util/strings.py:1: def parse_words(s):"
-    assert output(call(server, "t", repo_item, "grep", pattern="def", glob="util/*.py")).startswith("no matches")  # anchored at `path`
-    assert output(call(server, "t", repo_item, "grep", pattern="nothing like this")).startswith("no matches")
+        "inside_link:4: def parse(text):\nsrc/main.py:4: def parse(text):\nsrc/util/strings.py:1: def parse_words(s):"
+    )
+    assert (
+        output(call(server, "t", repo_item, "grep", pattern="PARSE_", ignore_case=True, path="src"))
+        == "src/util/strings.py:1: def parse_words(s):"
+    )
+    assert (
+        output(call(server, "t", repo_item, "grep", pattern="def", path="src", glob="util/*.py"))
+        == "src/util/strings.py:1: def parse_words(s):"
+    )
+    assert output(call(server, "t", repo_item, "grep", pattern="def", glob="util/*.py")).startswith(
+        "no matches"
+    )  # anchored at `path`
+    assert output(call(server, "t", repo_item, "grep", pattern="nothing like this")).startswith(
+        "no matches"
+    )
     bad = call(server, "t", repo_item, "grep", pattern="def (")
     assert bad.status_code == 400 and "bad regular expression" in bad.text
     bad = call(server, "t", repo_item, "grep", pattern="def", glob="\\")
@@ -142,25 +184,43 @@ def test_grep(server, repo_item, env_module, monkeypatch):
 
 
 def test_grep_files_only_lists_each_matching_file_once(server, repo_item, env_module, monkeypatch):
-    assert output(call(server, "t", repo_item, "grep", pattern=r"def|return", files_only=True)) == "inside_link\nsrc/main.py\nsrc/util/strings.py"
+    assert (
+        output(call(server, "t", repo_item, "grep", pattern=r"def|return", files_only=True))
+        == "inside_link\nsrc/main.py\nsrc/util/strings.py"
+    )
     assert output(call(server, "t", repo_item, "grep", pattern="^line", files_only=True)) == "a.txt"
     monkeypatch.setattr(env_module, "GREP_MAX_MATCHES", 2)
     capped = output(call(server, "t", repo_item, "grep", pattern=r"def|return", files_only=True))
-    assert capped.splitlines() == ["inside_link", "src/main.py", "(more than 2 files; narrow with `path`, `glob` or a longer pattern)"]
+    assert capped.splitlines() == [
+        "inside_link",
+        "src/main.py",
+        "(more than 2 files; narrow with `path`, `glob` or a longer pattern)",
+    ]
 
 
 def test_grep_line_numbers_agree_with_read_file(server, repo_item, workspaces):
     output(call(server, "t", repo_item, "list_files"))  # creates the workspace
-    (workspace_of(workspaces, "t") / "odd.txt").write_bytes(b"one\x0cstill one\r\ntwo target\r\nthree\n")
-    assert output(call(server, "t", repo_item, "grep", pattern="target$", path="odd.txt")) == "odd.txt:2: two target"
-    assert output(call(server, "t", repo_item, "read_file", path="odd.txt", start_line=2)) == "2: two target\n3: three"
+    (workspace_of(workspaces, "t") / "odd.txt").write_bytes(
+        b"one\x0cstill one\r\ntwo target\r\nthree\n"
+    )
+    assert (
+        output(call(server, "t", repo_item, "grep", pattern="target$", path="odd.txt"))
+        == "odd.txt:2: two target"
+    )
+    assert (
+        output(call(server, "t", repo_item, "read_file", path="odd.txt", start_line=2))
+        == "2: two target\n3: three"
+    )
 
 
 def test_grep_patterns_that_only_match_within_a_line(server, repo_item):
     expected = "inside_link:4: def parse(text):\nsrc/main.py:4: def parse(text):"
     assert output(call(server, "t", repo_item, "grep", pattern=r"\(text\):\Z")) == expected
     assert output(call(server, "t", repo_item, "grep", pattern=r"\(text\):(?!\n)")) == expected
-    assert output(call(server, "t", repo_item, "grep", pattern=r"\A\s+return text")) == "inside_link:5: return text.split()\nsrc/main.py:5: return text.split()"
+    assert (
+        output(call(server, "t", repo_item, "grep", pattern=r"\A\s+return text"))
+        == "inside_link:5: return text.split()\nsrc/main.py:5: return text.split()"
+    )
 
 
 def test_grep_stops_a_runaway_pattern(server, repo_item, env_module, monkeypatch, workspaces):
@@ -172,21 +232,41 @@ def test_grep_stops_a_runaway_pattern(server, repo_item, env_module, monkeypatch
 
 
 def test_list_files_glob_and_cap(server, repo_item, env_module, monkeypatch):
-    assert output(call(server, "t", repo_item, "list_files", pattern="*.py")) == "src/main.py\nsrc/util/strings.py"
-    assert output(call(server, "t", repo_item, "list_files", path="src/util")) == "src/util/strings.py"
+    assert (
+        output(call(server, "t", repo_item, "list_files", pattern="*.py"))
+        == "src/main.py\nsrc/util/strings.py"
+    )
+    assert (
+        output(call(server, "t", repo_item, "list_files", path="src/util")) == "src/util/strings.py"
+    )
     assert call(server, "t", repo_item, "list_files", path="nope").status_code == 400
     monkeypatch.setattr(env_module, "LIST_MAX_FILES", 2)
-    assert output(call(server, "t", repo_item, "list_files")).splitlines()[-1].startswith("... and 4 more files")
+    assert (
+        output(call(server, "t", repo_item, "list_files"))
+        .splitlines()[-1]
+        .startswith("... and 4 more files")
+    )
 
 
 def test_read_file_ranges_and_errors(server, repo_item, env_module):
-    assert output(call(server, "t", repo_item, "read_file", path="a.txt", start_line=299)) == "299: line 299\n300: line 300"
+    assert (
+        output(call(server, "t", repo_item, "read_file", path="a.txt", start_line=299))
+        == "299: line 299\n300: line 300"
+    )
     first_page = output(call(server, "t", repo_item, "read_file", path="a.txt")).splitlines()
     limit = env_module.READ_MAX_LINES
-    assert len(first_page) == limit + 1 and first_page[-1] == f"... (300 lines in all; continue with start_line={limit + 1})"
+    assert (
+        len(first_page) == limit + 1
+        and first_page[-1] == f"... (300 lines in all; continue with start_line={limit + 1})"
+    )
     assert "binary" in output(call(server, "t", repo_item, "read_file", path="blob.bin"))
-    for args in ({"path": "src"}, {"path": "a.txt", "start_line": 999}, {"path": "a.txt", "start_line": "x"},
-                 {"path": "a.txt", "start_line": 5, "end_line": 2}, {"nope": 1}):
+    for args in (
+        {"path": "src"},
+        {"path": "a.txt", "start_line": 999},
+        {"path": "a.txt", "start_line": "x"},
+        {"path": "a.txt", "start_line": 5, "end_line": 2},
+        {"nope": 1},
+    ):
         assert call(server, "t", repo_item, "read_file", **args).status_code == 400, args
 
 
@@ -201,7 +281,9 @@ def test_grading_scores_file_f1_and_removes_the_workspace(server, repo_item, wor
 
 def test_grading_without_tool_calls_makes_no_workspace(server, repo_item, workspaces):
     sample = {"output_text": "new.txt\na.txt"}
-    resp = server.post("/grade", json={"sample": sample, "item": repo_item, "trace_id": "trace_direct"})
+    resp = server.post(
+        "/grade", json={"sample": sample, "item": repo_item, "trace_id": "trace_direct"}
+    )
     assert resp.json() == {"score": 1.0}
     assert list(workspaces.iterdir()) == []
 
@@ -221,16 +303,21 @@ def test_an_unusable_item_is_a_server_error_not_the_models(server, repo_item):
     assert resp.status_code == 500
 
 
-@pytest.mark.parametrize("answer,score", [
-    ('["a.txt", "new.txt"]', 1.0),
-    ("```json\n[\"./a.txt\"]\n```", 2 / 3),
-    ("- `a.txt`\n- new.txt\n", 1.0),
-    ("1. a.txt\n2. other.py", 0.5),
-    ("", 0.0),
-    ("[]", 0.0),
-])
+@pytest.mark.parametrize(
+    "answer,score",
+    [
+        ('["a.txt", "new.txt"]', 1.0),
+        ('```json\n["./a.txt"]\n```', 2 / 3),
+        ("- `a.txt`\n- new.txt\n", 1.0),
+        ("1. a.txt\n2. other.py", 0.5),
+        ("", 0.0),
+        ("[]", 0.0),
+    ],
+)
 def test_answer_parsing_and_f1(env_module, answer, score):
-    assert env_module.file_f1(env_module.parse_paths(answer), ["a.txt", "new.txt"]) == pytest.approx(score)
+    assert env_module.file_f1(
+        env_module.parse_paths(answer), ["a.txt", "new.txt"]
+    ) == pytest.approx(score)
 
 
 def test_f1_of_two_empty_sets_is_one(env_module):
@@ -240,10 +327,17 @@ def test_f1_of_two_empty_sets_is_one(env_module):
 def test_search_ranks_the_parent_commits_files_and_numbers_them(server, repo_item, workspaces):
     out = output(call(server, "trace_s", repo_item, "search", query="parse words"))
     lines = out.splitlines()
-    assert lines[0].startswith("1. src/util/strings.py  (matches: parse, words")  # path and identifier parse_words
+    assert lines[0].startswith(
+        "1. src/util/strings.py  (matches: parse, words"
+    )  # path and identifier parse_words
     assert any(line.startswith("2. src/main.py") for line in lines)
-    assert "new.txt" not in out and "do not read" not in out  # HEAD's file and the symlinked secret are not indexed
+    assert (
+        "new.txt" not in out and "do not read" not in out
+    )  # HEAD's file and the symlinked secret are not indexed
     assert list(workspaces.iterdir()) == []  # the index is read from git: no workspace for a search
-    assert output(call(server, "trace_s", repo_item, "search", query="zebra")) == "no files match 'zebra'; try other words"
+    assert (
+        output(call(server, "trace_s", repo_item, "search", query="zebra"))
+        == "no files match 'zebra'; try other words"
+    )
     empty = call(server, "trace_s", repo_item, "search", query="  ")
     assert empty.status_code == 400 and "non-empty" in empty.text

@@ -26,7 +26,9 @@ def test_job_tools_match_the_environment(load_env_module, recipe, variant):
         assert tool.server_url == f"/tools/{tool.name}"
         params = served[tool.name]["parameters"]
         assert set(tool.parameters["properties"]) <= set(params["properties"]), tool.name
-        assert set(tool.parameters.get("required", [])) >= set(params.get("required", [])), tool.name
+        assert set(tool.parameters.get("required", [])) >= set(params.get("required", [])), (
+            tool.name
+        )
         if variant == "job.yaml":  # the earlier variants' text stays as it was measured
             assert tool.parameters == params, tool.name
             assert tool.description == served[tool.name]["description"], tool.name
@@ -37,7 +39,9 @@ def test_job_tools_match_the_environment(load_env_module, recipe, variant):
     assert job.agentrft.environment is not None and job.agentrft.environment.app == "env:app"
 
 
-def test_worked_examples_in_the_rows_parse_and_answer_from_their_own_search(make_repo, tmp_path, recipe):
+def test_worked_examples_in_the_rows_parse_and_answer_from_their_own_search(
+    make_repo, tmp_path, recipe
+):
     """The job names no path of any repository: its worked examples come from the data builder,
     made from the target repository's own training commits (see test_from_git.py)."""
     job = load_job(recipe / "job.yaml")
@@ -49,8 +53,14 @@ def test_worked_examples_in_the_rows_parse_and_answer_from_their_own_search(make
     r.write("src/invoice.py", "def invoice_total(items):\n    return 0\n")
     r.write("README.md", "A shop.\n")
     r.commit("Initial import")
-    for i, (path, message) in enumerate([("src/login.py", "Login: check the password"), ("src/invoice.py", "Invoice total: sum the items"),
-                                         ("README.md", "README: say what the shop sells"), ("src/login.py", "Login: lock after three tries")]):
+    for i, (path, message) in enumerate(
+        [
+            ("src/login.py", "Login: check the password"),
+            ("src/invoice.py", "Invoice total: sum the items"),
+            ("README.md", "README: say what the shop sells"),
+            ("src/login.py", "Login: lock after three tries"),
+        ]
+    ):
         r.write(path, f"# change {i}\n" + (r.path / path).read_text())
         r.commit(message)
     build_dataset(r.path, tmp_path / "data", val_fraction=0.25)
@@ -82,9 +92,18 @@ def test_environment_launches_and_removes_workspaces_on_exit(make_repo, tmp_path
     item = {"repo": str(r.path), "commit": head, "parent": parent, "files": ["a.txt"]}
     workspaces = tmp_path / "ws"
     workspaces.mkdir()
-    with launch_environment("env:app", recipe, env={"AGENTRFT_WORKSPACE_DIR": str(workspaces)}) as url:
-        body = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "read_file",
-                "arguments": json.dumps({"path": "a.txt"}), "trace_id": "trace_launch", "item": item}
+    with launch_environment(
+        "env:app", recipe, env={"AGENTRFT_WORKSPACE_DIR": str(workspaces)}
+    ) as url:
+        body = {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "read_file",
+            "arguments": json.dumps({"path": "a.txt"}),
+            "trace_id": "trace_launch",
+            "item": item,
+        }
         resp = httpx.post(f"{url}/tools/read_file", json=body, timeout=30)
         assert resp.json()["output"] == "1: hello"
         assert len(list(workspaces.iterdir())) == 1
@@ -93,8 +112,16 @@ def test_environment_launches_and_removes_workspaces_on_exit(make_repo, tmp_path
 
 def _answer_after_search(answer: str, output: str, status: str = "ok") -> dict:
     sample = sample_from_text(answer)
-    sample["tool_calls"] = [{"call_id": "call_1", "name": "search", "arguments": {"query": "x"},
-                             "output": output, "status": status, "error": None}]
+    sample["tool_calls"] = [
+        {
+            "call_id": "call_1",
+            "name": "search",
+            "arguments": {"query": "x"},
+            "output": output,
+            "status": status,
+            "error": None,
+        }
+    ]
     return sample
 
 
@@ -108,7 +135,9 @@ def test_the_reward_is_exact_f1_of_what_the_rollouts_own_search_returned(recipe)
     grader = build_grader(load_job(recipe / "job.yaml").rl.grader)
     item = {"files": ["agentrft/policy/load.py", "tests/test_load.py"]}
 
-    def score(answer: str, output: str = RESULTS, status: str = "ok", sub: str | None = None) -> float:
+    def score(
+        answer: str, output: str = RESULTS, status: str = "ok", sub: str | None = None
+    ) -> float:
         grade = grader.grade(_answer_after_search(answer, output, status), item)
         assert grade.error is None, grade.error
         return grade.sub_scores[sub] if sub else grade.score
@@ -119,8 +148,12 @@ def test_the_reward_is_exact_f1_of_what_the_rollouts_own_search_returned(recipe)
     assert score("[1, 1, 1]") == pytest.approx(2 / 3)  # repeats are one selection
     # a worked example's path, or a guess, that this rollout's search did not return earns
     # nothing, even where it is right (the plain F1, reported alongside, counts it)
-    assert score('["tests/test_load.py"]') == 0.0 and score('["tests/test_load.py"]', sub="files") == pytest.approx(2 / 3)
-    assert score("[1]", output="no files match 'x'; try other words") == 0.0  # a number with no search behind it
+    assert score('["tests/test_load.py"]') == 0.0 and score(
+        '["tests/test_load.py"]', sub="files"
+    ) == pytest.approx(2 / 3)
+    assert (
+        score("[1]", output="no files match 'x'; try other words") == 0.0
+    )  # a number with no search behind it
     assert score("[1]", status="client_error") == 0.0  # an error message is not a search result
     assert score("[9]") == 0.0  # no such line
     assert score("[1, 2, 3]") == pytest.approx(0.4)  # every result: diluted (P 1/3, R 1/2)

@@ -36,15 +36,36 @@ def make_trajectory(
             n += 1
             tcs.append(ToolCall(f"fc_{n}", f"call_{n}", name, json.dumps(args)))
             trs.append(ToolResult(f"call_{n}", name, f"out:{name}", "ok"))
-        text = "".join(f'<tool_call>{{"name": "{c.name}", "arguments": {c.arguments}}}</tool_call>' for c in tcs)
+        text = "".join(
+            f'<tool_call>{{"name": "{c.name}", "arguments": {c.arguments}}}</tool_call>'
+            for c in tcs
+        )
         turns.append(Turn(i, text, 5, tuple(tcs), tuple(trs)))
-        messages.append({"role": "assistant", "content": text, "tool_calls": [{"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in tcs]})
-        messages.extend({"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.output} for r in trs)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [
+                    {
+                        "id": c.call_id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for c in tcs
+                ],
+            }
+        )
+        messages.extend(
+            {"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.output}
+            for r in trs
+        )
     fcs = []
     for name, args in final_calls:
         n += 1
         fcs.append(ToolCall(f"fc_{n}", f"call_{n}", name, json.dumps(args)))
-    text = final_text + "".join(f'<tool_call>{{"name": "{c.name}", "arguments": {c.arguments}}}</tool_call>' for c in fcs)
+    text = final_text + "".join(
+        f'<tool_call>{{"name": "{c.name}", "arguments": {c.arguments}}}</tool_call>' for c in fcs
+    )
     turns.append(Turn(len(turns), text, 5, tuple(fcs), ()))
     messages.append({"role": "assistant", "content": text})
     return Trajectory(trace_id, item, tuple(messages), tuple(turns), (), (), (), stop, discarded)
@@ -86,7 +107,9 @@ class Recorder:
 
 
 @pytest.fixture
-def recorder(serve: Callable[[FastAPI], str]) -> Callable[[list[tuple[int, Any]]], tuple[Recorder, str]]:
+def recorder(
+    serve: Callable[[FastAPI], str],
+) -> Callable[[list[tuple[int, Any]]], tuple[Recorder, str]]:
     def make(script: list[tuple[int, Any]]) -> tuple[Recorder, str]:
         rec = Recorder(script)
         return rec, serve(rec.app)

@@ -17,8 +17,12 @@ def spec(url: str, **extra: object) -> dict:
 
 
 def test_success_sends_sample_item_trace_and_headers(recorder) -> None:
-    rec, url = recorder([(200, {"score": 0.7, "sub_scores": {"tests": 1.0}, "metrics": {"note": "ok"}})])
-    g = build_grader(spec(f"{url}/grade", headers={"Authorization": "Bearer s3cret", "X-Env": "demo"}))
+    rec, url = recorder(
+        [(200, {"score": 0.7, "sub_scores": {"tests": 1.0}, "metrics": {"note": "ok"}})]
+    )
+    g = build_grader(
+        spec(f"{url}/grade", headers={"Authorization": "Bearer s3cret", "X-Env": "demo"})
+    )
     grade = g.grade(sample_from_text("answer"), {"id": 7}, "trace_abc")
     assert grade.error is None
     assert grade.score == 0.7
@@ -67,7 +71,9 @@ def test_4xx_is_a_client_error_not_retried(recorder) -> None:
 def test_connection_refused_is_discarded() -> None:
     from agentrft.tools.envkit import free_port
 
-    grade = build_grader(spec(f"http://127.0.0.1:{free_port()}/grade", retries=1)).grade(sample_from_text("a"), {})
+    grade = build_grader(spec(f"http://127.0.0.1:{free_port()}/grade", retries=1)).grade(
+        sample_from_text("a"), {}
+    )
     assert grade.error == "unresponsive_reward_error"
     assert "connection failed" in grade.metrics["error_details"]
 
@@ -109,7 +115,9 @@ def test_envkit_grader_sees_the_rollouts_trace_state(serve) -> None:
     url = serve(env.app)
     import httpx
 
-    httpx.post(f"{url}/tools/touch", json={"arguments": "{}", "trace_id": "trace_1", "item": {}}).raise_for_status()
+    httpx.post(
+        f"{url}/tools/touch", json={"arguments": "{}", "trace_id": "trace_1", "item": {}}
+    ).raise_for_status()
     g = pickle.loads(pickle.dumps(build_grader(spec(f"{url}/grade"))))
     assert g.grade(sample_from_text("a"), {}, "trace_1").score == 1.0
     assert g.grade(sample_from_text("a"), {}, "trace_2").score == 0.25

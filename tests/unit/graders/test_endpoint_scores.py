@@ -14,7 +14,9 @@ from agentrft.graders import build_grader, sample_from_text
 
 def grade_reply(recorder, body: object, **extra: object):
     rec, url = recorder([(200, body)])
-    g = build_grader({"type": "endpoint", "name": "env", "url": f"{url}/grade", "backoff_s": 0.0, **extra})
+    g = build_grader(
+        {"type": "endpoint", "name": "env", "url": f"{url}/grade", "backoff_s": 0.0, **extra}
+    )
     return g.grade(sample_from_text("x"), {}, "trace_r"), rec
 
 
@@ -27,9 +29,11 @@ def test_score_outside_the_range_is_flagged(recorder, score: float) -> None:
     assert len(rec.requests) == 1  # a deterministic bug: not retried
 
 
-@pytest.mark.parametrize("sub", ['NaN', 'Infinity', '-Infinity', '"high"', 'true', 'null'])
+@pytest.mark.parametrize("sub", ["NaN", "Infinity", "-Infinity", '"high"', "true", "null"])
 def test_bad_sub_scores_are_flagged(recorder, sub: str) -> None:
-    grade, _ = grade_reply(recorder, '{"score": 0.5, "sub_scores": {"tests": 1.0, "style": ' + sub + "}}")
+    grade, _ = grade_reply(
+        recorder, '{"score": 0.5, "sub_scores": {"tests": 1.0, "style": ' + sub + "}}"
+    )
     assert grade.error == "endpoint_grader_score_error"
     assert "style" in grade.metrics["error_details"]
     assert math.isnan(grade.score)

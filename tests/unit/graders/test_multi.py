@@ -62,7 +62,7 @@ def test_names_are_collected() -> None:
         ("min()", "one or more arguments"),
         ("max + 1", "max is a function"),
         ("__import__(os)", "unknown function '__import__'"),
-        ("__import__('os')", "unexpected character \"'\""),
+        ("__import__('os')", 'unexpected character "\'"'),
         ("", "ends too early"),
     ],
 )
@@ -71,7 +71,9 @@ def test_parse_errors(text: str, match: str) -> None:
         Formula(text)
 
 
-@pytest.mark.parametrize("text", ["a / b", "log(b)", "sqrt(b - 1)", "exp(1000)", "10 ^ 400", "(0 - 8) ^ 0.5"])
+@pytest.mark.parametrize(
+    "text", ["a / b", "log(b)", "sqrt(b - 1)", "exp(1000)", "10 ^ 400", "(0 - 8) ^ 0.5"]
+)
 def test_math_errors_raise_formula_error(text: str) -> None:
     with pytest.raises(FormulaError):
         ev(text, a=1.0, b=0.0)
@@ -79,29 +81,56 @@ def test_math_errors_raise_formula_error(text: str) -> None:
 
 def sc(value: str) -> dict[str, Any]:
     """A string_check sub-grader scoring 1 when the output equals `value`."""
-    return {"type": "string_check", "name": value, "input": "{{sample.output_text}}", "reference": value, "operation": "eq"}
+    return {
+        "type": "string_check",
+        "name": value,
+        "input": "{{sample.output_text}}",
+        "reference": value,
+        "operation": "eq",
+    }
 
 
 def like(value: str) -> dict[str, Any]:
-    return {"type": "string_check", "name": value, "input": "{{sample.output_text}}", "reference": value, "operation": "like"}
+    return {
+        "type": "string_check",
+        "name": value,
+        "input": "{{sample.output_text}}",
+        "reference": value,
+        "operation": "like",
+    }
 
 
 def test_multi_combines_sub_scores() -> None:
-    g = build_grader({"type": "multi", "name": "m", "graders": {"a": like("x"), "b": like("y")}, "calculate_output": "0.25 * a + 0.75 * b"})
+    g = build_grader(
+        {
+            "type": "multi",
+            "name": "m",
+            "graders": {"a": like("x"), "b": like("y")},
+            "calculate_output": "0.25 * a + 0.75 * b",
+        }
+    )
     grade = g.grade(sample_from_text("only y"), {})
     assert grade.score == 0.75
     assert grade.sub_scores == {"a": 0.0, "b": 1.0}
 
 
 def test_agrade_matches_grade() -> None:
-    g = build_grader({"type": "multi", "graders": {"a": like("x"), "b": like("y")}, "calculate_output": "a + 2 * b"})
+    g = build_grader(
+        {
+            "type": "multi",
+            "graders": {"a": like("x"), "b": like("y")},
+            "calculate_output": "a + 2 * b",
+        }
+    )
     sample = sample_from_text("x and y")
     assert asyncio.run(g.agrade(sample, {})).score == 3.0
     assert g.grade(sample, {}).score == 3.0
 
 
 def test_division_by_zero_is_flagged_not_scored() -> None:
-    g = build_grader({"type": "multi", "graders": {"a": like("x"), "b": like("y")}, "calculate_output": "a / b"})
+    g = build_grader(
+        {"type": "multi", "graders": {"a": like("x"), "b": like("y")}, "calculate_output": "a / b"}
+    )
     grade = g.grade(sample_from_text("x"), {})
     assert grade.error == "formula_runtime_error"
     assert math.isnan(grade.score)
@@ -109,19 +138,42 @@ def test_division_by_zero_is_flagged_not_scored() -> None:
 
 
 def test_unknown_formula_name_lists_the_sub_graders() -> None:
-    with pytest.raises(ConfigError, match=r"grader\.calculate_output: unknown name\(s\) styel .*the sub-graders are: tests, style"):
-        build_grader({"type": "multi", "graders": {"tests": like("x"), "style": like("y")}, "calculate_output": "tests + styel"})
+    with pytest.raises(
+        ConfigError,
+        match=r"grader\.calculate_output: unknown name\(s\) styel .*the sub-graders are: tests, style",
+    ):
+        build_grader(
+            {
+                "type": "multi",
+                "graders": {"tests": like("x"), "style": like("y")},
+                "calculate_output": "tests + styel",
+            }
+        )
 
 
 def test_sub_grader_error_names_its_path() -> None:
     with pytest.raises(ConfigError, match=r"grader\.graders\.b\.operation"):
-        build_grader({"type": "multi", "graders": {"a": like("x"), "b": {**like("y"), "operation": "regex"}}, "calculate_output": "a + b"})
+        build_grader(
+            {
+                "type": "multi",
+                "graders": {"a": like("x"), "b": {**like("y"), "operation": "regex"}},
+                "calculate_output": "a + b",
+            }
+        )
     with pytest.raises(ConfigError, match="cannot appear in a formula"):
-        build_grader({"type": "multi", "graders": {"my-grader": like("x")}, "calculate_output": "1"})
+        build_grader(
+            {"type": "multi", "graders": {"my-grader": like("x")}, "calculate_output": "1"}
+        )
 
 
 def test_sub_grader_error_flags_the_whole_grade() -> None:
-    g = build_grader({"type": "multi", "graders": {"a": like("x"), "b": {**like("y"), "reference": "{{item.missing}}"}}, "calculate_output": "a + b"})
+    g = build_grader(
+        {
+            "type": "multi",
+            "graders": {"a": like("x"), "b": {**like("y"), "reference": "{{item.missing}}"}},
+            "calculate_output": "a + b",
+        }
+    )
     grade = g.grade(sample_from_text("x"), {})
     assert grade.error == "invalid_variable_error"
     assert "sub-grader 'b'" in grade.metrics["error_details"]
@@ -129,8 +181,18 @@ def test_sub_grader_error_flags_the_whole_grade() -> None:
 
 
 def test_nested_multi_flattens_sub_scores() -> None:
-    inner = {"type": "multi", "graders": {"p": like("p"), "q": like("q")}, "calculate_output": "(p + q) / 2"}
-    g = build_grader({"type": "multi", "graders": {"inner": inner, "r": like("r")}, "calculate_output": "inner * r"})
+    inner = {
+        "type": "multi",
+        "graders": {"p": like("p"), "q": like("q")},
+        "calculate_output": "(p + q) / 2",
+    }
+    g = build_grader(
+        {
+            "type": "multi",
+            "graders": {"inner": inner, "r": like("r")},
+            "calculate_output": "inner * r",
+        }
+    )
     grade = g.grade(sample_from_text("p r"), {})
     assert grade.score == 0.5
     assert grade.sub_scores == {"inner": 0.5, "inner.p": 1.0, "inner.q": 0.0, "r": 1.0}
@@ -153,13 +215,23 @@ class TestGate:
 
     def test_gate_passed_uses_the_formula(self) -> None:
         g = build_grader(self.SPEC)
-        for grade in (g.grade(sample_from_text("PASS, tidy"), {}), asyncio.run(g.agrade(sample_from_text("PASS, tidy"), {}))):
+        for grade in (
+            g.grade(sample_from_text("PASS, tidy"), {}),
+            asyncio.run(g.agrade(sample_from_text("PASS, tidy"), {})),
+        ):
             assert grade.score == pytest.approx(1.0)
             assert grade.metrics["gate"] == "passed"
         assert g.grade(sample_from_text("PASS, messy"), {}).score == pytest.approx(0.8)
 
     def test_on_fail_formula_over_the_gate(self) -> None:
-        spec = {**self.SPEC, "graders": {"style": like("tidy"), "tests": {"type": "file_f1", "reference": ["a.py", "b.py"]}}, "gate": {"grader": "tests", "threshold": 1.0, "on_fail": "0.5 * tests"}}
+        spec = {
+            **self.SPEC,
+            "graders": {
+                "style": like("tidy"),
+                "tests": {"type": "file_f1", "reference": ["a.py", "b.py"]},
+            },
+            "gate": {"grader": "tests", "threshold": 1.0, "on_fail": "0.5 * tests"},
+        }
         grade = build_grader(spec).grade(sample_from_text("a.py"), {})
         assert grade.score == pytest.approx(0.5 * 2 / 3)
 
@@ -168,5 +240,8 @@ class TestGate:
             build_grader({**self.SPEC, "gate": {"grader": "tests", "on_fail": "style"}})
 
     def test_gate_must_name_a_sub_grader(self) -> None:
-        with pytest.raises(ConfigError, match=r"grader\.gate\.grader: 'test' is not a sub-grader; use one of: style, tests"):
+        with pytest.raises(
+            ConfigError,
+            match=r"grader\.gate\.grader: 'test' is not a sub-grader; use one of: style, tests",
+        ):
             build_grader({**self.SPEC, "gate": {"grader": "test"}})

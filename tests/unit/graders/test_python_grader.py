@@ -19,21 +19,29 @@ from agentrft.errors import ConfigError, SandboxUnavailable
 from agentrft.graders import build_grader, sample_from_text
 from agentrft.sandbox import Limits
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (make sandbox)")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap not installed (make sandbox)"
+)
 FAST = Limits(cpu_s=2, wall_s=10, memory_mb=512, file_mb=16)
 
 
 def run(source: str, output: str = "hello", item: dict | None = None, limits: Limits = FAST):
-    g = build_grader({"type": "python", "name": "py", "source": textwrap.dedent(source)}, python_limits=limits)
+    g = build_grader(
+        {"type": "python", "name": "py", "source": textwrap.dedent(source)}, python_limits=limits
+    )
     return g.grade(sample_from_text(output), item or {})
 
 
 @needs_bwrap
 def test_score_from_sample_and_item() -> None:
-    grade = run("""
+    grade = run(
+        """
         def grade(sample, item):
             return float(sample["output_text"] == item["answer"]) * 0.75
-    """, "Paris", {"answer": "Paris"})
+    """,
+        "Paris",
+        {"answer": "Paris"},
+    )
     assert grade.error is None
     assert grade.score == 0.75
 
@@ -69,7 +77,10 @@ def test_runtime_errors_are_flagged(source: str, needle: str) -> None:
 
 @needs_bwrap
 def test_infinite_loop_is_stopped_at_the_cpu_limit() -> None:
-    grade = run("def grade(sample, item):\n    while True:\n        pass\n", limits=Limits(cpu_s=1, wall_s=20, memory_mb=512))
+    grade = run(
+        "def grade(sample, item):\n    while True:\n        pass\n",
+        limits=Limits(cpu_s=1, wall_s=20, memory_mb=512),
+    )
     assert grade.error == "python_grader_timeout"
     assert "CPU limit of 1s" in grade.metrics["error_details"]
     assert grade.metrics["execution_time"] < 10
@@ -77,7 +88,10 @@ def test_infinite_loop_is_stopped_at_the_cpu_limit() -> None:
 
 @needs_bwrap
 def test_sleeping_grader_is_stopped_at_the_wall_clock_limit() -> None:
-    grade = run("import time\ndef grade(sample, item):\n    time.sleep(60)\n", limits=Limits(cpu_s=5, wall_s=1.5, memory_mb=512))
+    grade = run(
+        "import time\ndef grade(sample, item):\n    time.sleep(60)\n",
+        limits=Limits(cpu_s=5, wall_s=1.5, memory_mb=512),
+    )
     assert grade.error == "python_grader_timeout"
     assert "wall-clock" in grade.metrics["error_details"]
     assert grade.metrics["execution_time"] < 10
@@ -85,7 +99,10 @@ def test_sleeping_grader_is_stopped_at_the_wall_clock_limit() -> None:
 
 @needs_bwrap
 def test_memory_hog_is_stopped() -> None:
-    grade = run("def grade(sample, item):\n    blob = bytearray(2 << 30)\n    return 1.0\n", limits=Limits(cpu_s=5, wall_s=20, memory_mb=300))
+    grade = run(
+        "def grade(sample, item):\n    blob = bytearray(2 << 30)\n    return 1.0\n",
+        limits=Limits(cpu_s=5, wall_s=20, memory_mb=300),
+    )
     assert grade.error == "python_grader_runtime_error"
     assert "MemoryError" in grade.metrics["error_details"]
     assert "300 MB" in grade.metrics["error_details"]
@@ -170,7 +187,13 @@ def test_missing_bwrap_refuses_with_the_install_command(monkeypatch: pytest.Monk
 
 @needs_bwrap
 def test_concurrent_graders_in_one_event_loop() -> None:
-    g = build_grader({"type": "python", "source": "def grade(sample, item):\n    return len(sample['output_text']) / 10\n"}, python_limits=FAST)
+    g = build_grader(
+        {
+            "type": "python",
+            "source": "def grade(sample, item):\n    return len(sample['output_text']) / 10\n",
+        },
+        python_limits=FAST,
+    )
 
     async def main() -> list[float]:
         grades = await asyncio.gather(*(g.agrade(sample_from_text("x" * i), {}) for i in range(6)))
@@ -203,7 +226,11 @@ def test_an_interpreter_installed_under_tmp_still_runs(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     work = tmp_path / "work"
     work.mkdir()
-    res = asyncio.run(sandbox.run_sandboxed([str(venv / "bin" / "python"), "-I", "-c", "import sys; print(sys.prefix)"], work, FAST))
+    res = asyncio.run(
+        sandbox.run_sandboxed(
+            [str(venv / "bin" / "python"), "-I", "-c", "import sys; print(sys.prefix)"], work, FAST
+        )
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == str(venv)
     assert "--ro-bind" in sandbox.bwrap_argv(work, [str(venv / "bin" / "python")])

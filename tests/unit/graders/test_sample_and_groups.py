@@ -13,12 +13,20 @@ from .conftest import make_trajectory
 
 
 def test_sample_from_trajectory_shape() -> None:
-    traj = make_trajectory('{"answer": 42} ', [[("grep", {"q": "x"}), ("read", {"path": "a.py"})]], fields={"k": 1})
+    traj = make_trajectory(
+        '{"answer": 42} ', [[("grep", {"q": "x"}), ("read", {"path": "a.py"})]], fields={"k": 1}
+    )
     s = sample_from_trajectory(traj)
     assert s["output_text"] == '{"answer": 42}'
     assert s["output_json"] == {"answer": 42}
     assert s["output_tools"] == []  # the final reply made no call
-    assert s["choices"] == [{"index": 0, "message": {"role": "assistant", "content": '{"answer": 42}', "tool_calls": None}, "finish_reason": "stop"}]
+    assert s["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": '{"answer": 42}', "tool_calls": None},
+            "finish_reason": "stop",
+        }
+    ]
     assert [(c["name"], c["arguments"], c["output"], c["status"]) for c in s["tool_calls"]] == [
         ("grep", {"q": "x"}, "out:grep", "ok"),
         ("read", {"path": "a.py"}, "out:read", "ok"),
@@ -31,7 +39,9 @@ def test_sample_from_trajectory_shape() -> None:
 
 
 def test_final_reply_with_tool_calls_strips_blocks_and_fills_output_tools() -> None:
-    traj = make_trajectory("Let me look.", final_calls=[("grep", {"q": "y"})], stop=StopReason.MAX_EPISODE_STEPS)
+    traj = make_trajectory(
+        "Let me look.", final_calls=[("grep", {"q": "y"})], stop=StopReason.MAX_EPISODE_STEPS
+    )
     s = sample_from_trajectory(traj)
     assert s["output_text"] == "Let me look."
     assert s["output_json"] is None
@@ -47,12 +57,25 @@ def test_sample_from_text() -> None:
 
 
 def test_grade_groups_fills_grades_in_order_and_skips_discarded() -> None:
-    grader = build_grader({"type": "string_check", "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "operation": "eq"})
-    g1 = [make_trajectory("yes", fields={"answer": "yes"}), make_trajectory("no", fields={"answer": "yes"}), make_trajectory("yes", fields={"answer": "yes"}, discarded="tool down")]
+    grader = build_grader(
+        {
+            "type": "string_check",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.answer}}",
+            "operation": "eq",
+        }
+    )
+    g1 = [
+        make_trajectory("yes", fields={"answer": "yes"}),
+        make_trajectory("no", fields={"answer": "yes"}),
+        make_trajectory("yes", fields={"answer": "yes"}, discarded="tool down"),
+    ]
     g2 = [make_trajectory("b", fields={"answer": "b"}), make_trajectory("b", fields={})]
     groups = [Group(g1[0].item, tuple(g1)), Group(g2[0].item, tuple(g2))]
     seen: list[object] = []
-    out = asyncio.run(grade_groups(groups, grader, concurrency=2, on_graded=lambda t, g: seen.append(g)))
+    out = asyncio.run(
+        grade_groups(groups, grader, concurrency=2, on_graded=lambda t, g: seen.append(g))
+    )
     assert [g.score if g else None for g in out[0].grades] == [1.0, 0.0, None]
     assert out[1].grades[0].score == 1.0
     assert out[1].grades[1].error == "invalid_variable_error" and math.isnan(out[1].grades[1].score)

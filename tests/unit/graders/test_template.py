@@ -16,7 +16,10 @@ from agentrft.graders.template import (
 
 NS = {
     "item": {"a": {"b": "deep"}, "list": [1, 2, {"k": "v"}], "odd key": "spaced", "n": 3},
-    "sample": {"output_json": {"x": {"y": "why"}}, "output_tools": [{"function": {"name": "grep", "arguments": '{"q": 1}'}}]},
+    "sample": {
+        "output_json": {"x": {"y": "why"}},
+        "output_tools": [{"function": {"name": "grep", "arguments": '{"q": 1}'}}],
+    },
 }
 
 
@@ -63,7 +66,15 @@ def test_parse_path_and_validation_errors() -> None:
 
 
 def test_missing_item_field_is_flagged_not_scored() -> None:
-    g = build_grader({"type": "string_check", "name": "s", "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "operation": "eq"})
+    g = build_grader(
+        {
+            "type": "string_check",
+            "name": "s",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.answer}}",
+            "operation": "eq",
+        }
+    )
     grade = g.grade(sample_from_text("Paris"), {"answr": "Paris"})
     assert grade.error == "invalid_variable_error"
     assert grade.score != grade.score  # NaN: never a silent 0

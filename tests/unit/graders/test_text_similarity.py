@@ -12,11 +12,31 @@ REF = "the quick brown fox jumps over the lazy dog"
 CLOSE = "the quick brown fox jumps over the lazy cat"
 FAR = "stock prices fell sharply on monday morning"
 
-LEXICAL = ["fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3", "rouge_4", "rouge_5", "rouge_l"]
+LEXICAL = [
+    "fuzzy_match",
+    "bleu",
+    "gleu",
+    "meteor",
+    "rouge_1",
+    "rouge_2",
+    "rouge_3",
+    "rouge_4",
+    "rouge_5",
+    "rouge_l",
+]
 
 
 def grade(metric: str, output: str, reference: str, **extra: object):
-    g = build_grader({"type": "text_similarity", "name": "t", "input": "{{sample.output_text}}", "reference": "{{item.ref}}", "evaluation_metric": metric, **extra})
+    g = build_grader(
+        {
+            "type": "text_similarity",
+            "name": "t",
+            "input": "{{sample.output_text}}",
+            "reference": "{{item.ref}}",
+            "evaluation_metric": metric,
+            **extra,
+        }
+    )
     return g.grade(sample_from_text(output), {"ref": reference})
 
 
@@ -34,7 +54,9 @@ def test_known_values() -> None:
     assert similarity("rouge_1", CLOSE, REF) == pytest.approx(8 / 9)
     # rouge_5: 4 of the 5 five-grams shared
     assert similarity("rouge_5", CLOSE, REF) == pytest.approx(4 / 5)
-    assert similarity("fuzzy_match", "Fuzzy Wuzzy", "fuzzy wuzzy!") == 1.0  # default_process lowercases, drops punctuation
+    assert (
+        similarity("fuzzy_match", "Fuzzy Wuzzy", "fuzzy wuzzy!") == 1.0
+    )  # default_process lowercases, drops punctuation
     # BLEU: geometric mean of the 1..4-gram precisions 8/9, 7/8, 6/7, 5/6 (no brevity penalty)
     assert similarity("bleu", CLOSE, REF) == pytest.approx((8 / 9 * 7 / 8 * 6 / 7 * 5 / 6) ** 0.25)
 
@@ -44,7 +66,9 @@ def test_meteor_uses_wordnet_synonyms() -> None:
     METEOR would score both hypotheses the same."""
     syn = similarity("meteor", "the red car stopped", "the red auto stopped")
     unrelated = similarity("meteor", "the red xyzzy stopped", "the red auto stopped")
-    assert syn == pytest.approx(similarity("meteor", "the red auto stopped", "the red auto stopped"))
+    assert syn == pytest.approx(
+        similarity("meteor", "the red auto stopped", "the red auto stopped")
+    )
     assert syn > unrelated + 0.3
 
 

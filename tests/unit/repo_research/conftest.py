@@ -64,10 +64,22 @@ def build_cli(prog: str = "pkgtool", verbose: bool = False) -> argparse.Argument
 
 
 def git(path: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_AUTHOR_DATE": "@1700000000 +0000", "GIT_COMMITTER_DATE": "@1700000000 +0000",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    return subprocess.run(["git", "-C", str(path), *args], env=env, capture_output=True, check=True).stdout.decode().strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "GIT_AUTHOR_DATE": "@1700000000 +0000",
+        "GIT_COMMITTER_DATE": "@1700000000 +0000",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    return (
+        subprocess.run(["git", "-C", str(path), *args], env=env, capture_output=True, check=True)
+        .stdout.decode()
+        .strip()
+    )
 
 
 @pytest.fixture
@@ -94,7 +106,9 @@ def load_env_module() -> Callable[[], ModuleType]:
     """Loads a fresh copy of recipes/repo_research/env.py (its own ToolServer)."""
 
     def load() -> ModuleType:
-        spec = importlib.util.spec_from_file_location(f"repo_research_env_{uuid.uuid4().hex}", RECIPE / "env.py")
+        spec = importlib.util.spec_from_file_location(
+            f"repo_research_env_{uuid.uuid4().hex}", RECIPE / "env.py"
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

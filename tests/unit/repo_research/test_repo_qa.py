@@ -30,7 +30,11 @@ def read(path: Path) -> list[dict]:
 
 @functools.cache
 def defined_names(source: str) -> frozenset[str]:
-    return frozenset(n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef))
+    return frozenset(
+        n.name
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    )
 
 
 def assert_facts_in_code(rows: list[dict]) -> None:
@@ -41,7 +45,10 @@ def assert_facts_in_code(rows: list[dict]) -> None:
         tree = trees.setdefault((row["repo"], row["commit"]), read_tree(row["repo"], row["commit"]))
         texts = [tree[p] or "" for p in row["source_files"]]
         for fact in row["facts"]:
-            assert fact in tree or any(fact in t for t in texts), (row["messages"][-1]["content"], fact)
+            assert fact in tree or any(fact in t for t in texts), (
+                row["messages"][-1]["content"],
+                fact,
+            )
         if row["kind"] == "where_defined":
             (path,) = row["facts"]
             assert row["subject"] in defined_names(tree[path] or "")
@@ -56,7 +63,9 @@ def assert_facts_in_code(rows: list[dict]) -> None:
 def test_questions_from_a_small_repository(py_repo):
     repo, commit = py_repo
     report = BuildReport(repo)
-    sources = {p: t for p, t in read_tree(repo, commit).items() if p.endswith(".py") and t is not None}
+    sources = {
+        p: t for p, t in read_tree(repo, commit).items() if p.endswith(".py") and t is not None
+    }
     got = {(q.kind, q.subject): q.facts for q in questions_from_code(sources, report)}
     assert got[("where_defined", "load_settings")] == ["pkg/config.py"]
     assert got[("where_defined", "Settings")] == ["pkg/config.py"]
@@ -70,7 +79,9 @@ def test_questions_from_a_small_repository(py_repo):
     assert ("where_defined", "shared") not in got  # defined twice: two right answers
     assert ("where_defined", "late_function") not in got  # only in a later commit
     assert report.dropped["ambiguous_name"] == 2 and report.dropped["syntax_error"] == 1
-    assert got[("default", "build_cli")] == ['"pkgtool"'] and report.dropped["guessable"] == 1  # verbose=False: a guess would do
+    assert (
+        got[("default", "build_cli")] == ['"pkgtool"'] and report.dropped["guessable"] == 1
+    )  # verbose=False: a guess would do
 
 
 def test_build_writes_rows_whose_facts_are_in_the_code_and_split_by_file(py_repo, tmp_path):
@@ -83,52 +94,109 @@ def test_build_writes_rows_whose_facts_are_in_the_code_and_split_by_file(py_repo
     train_files = {p for r in train for p in r["source_files"]}
     val_files = {p for r in val for p in r["source_files"]}
     assert not train_files & val_files
-    assert all(is_held_out(p, 0.5) for p in val_files) and not any(is_held_out(p, 0.5) for p in train_files)
+    assert all(is_held_out(p, 0.5) for p in val_files) and not any(
+        is_held_out(p, 0.5) for p in train_files
+    )
     for row in train + val:
-        assert row["prefill"].startswith('<tool_call>{"name": "grep"') and not row["prefill"].endswith('"}}')
+        assert row["prefill"].startswith('<tool_call>{"name": "grep"') and not row[
+            "prefill"
+        ].endswith('"}}')
         assert "answer" not in row  # only worked examples state answers
 
 
 def test_this_repositorys_own_questions_have_their_facts_in_the_code_and_no_overlap(tmp_path):
-    report = build_dataset(ROOT, tmp_path, rev="HEAD", include=["agentrft/data/", "agentrft/graders/", "agentrft/tools/"], worked_examples=2)
+    report = build_dataset(
+        ROOT,
+        tmp_path,
+        rev="HEAD",
+        include=["agentrft/data/", "agentrft/graders/", "agentrft/tools/"],
+        worked_examples=2,
+    )
     train, val = read(tmp_path / "train.jsonl"), read(tmp_path / "val.jsonl")
     assert report.train > 40 and report.val > 5
     assert_facts_in_code(train + val)
-    assert not {p for r in train for p in r["source_files"]} & {p for r in val for p in r["source_files"]}
-    assert set(report.kinds) == {"where_defined", "returns", "raises", "docstring", "default", "imports"}
+    assert not {p for r in train for p in r["source_files"]} & {
+        p for r in val for p in r["source_files"]
+    }
+    assert set(report.kinds) == {
+        "where_defined",
+        "returns",
+        "raises",
+        "docstring",
+        "default",
+        "imports",
+    }
     examples = train[0]["messages"][:-1]
     assert len(examples) == 8 and all(r["messages"][:-1] == examples for r in train + val)
     asked = {r["messages"][-1]["content"] for r in train + val}
     for question, answer, shown in zip(examples[0::4], examples[3::4], examples[2::4], strict=True):
         assert question["content"] not in asked  # an example's question left the training rows
-        assert answer["role"] == "assistant" and shown["role"] == "tool" and "no matches" not in shown["content"]
+        assert (
+            answer["role"] == "assistant"
+            and shown["role"] == "tool"
+            and "no matches" not in shown["content"]
+        )
 
 
 def test_a_users_own_rows_are_checked_by_file_and_line(py_repo, tmp_path):
     repo, commit = py_repo
-    good = {"messages": [{"role": "user", "content": "Where does the package open sockets?"}], "facts": ["pkg/net.py"], "source_files": ["pkg/net.py"]}
+    good = {
+        "messages": [{"role": "user", "content": "Where does the package open sockets?"}],
+        "facts": ["pkg/net.py"],
+        "source_files": ["pkg/net.py"],
+    }
     bad = {"messages": [{"role": "user", "content": "Anything?"}], "facts": "pkg/net.py"}
     own = tmp_path / "own.jsonl"
     own.write_text(json.dumps(good) + "\n\n" + json.dumps(bad) + "\n")
     with pytest.raises(ConfigError, match=r"own\.jsonl:3: \"facts\" must be a non-empty list"):
         load_qa_rows(own)
     own.write_text(json.dumps(good) + "\n")
-    report = build_dataset(repo, tmp_path / "out", rev=commit, val_fraction=0.5, worked_examples=0, user_questions=own)
+    report = build_dataset(
+        repo, tmp_path / "out", rev=commit, val_fraction=0.5, worked_examples=0, user_questions=own
+    )
     rows = read(tmp_path / "out/train.jsonl") + read(tmp_path / "out/val.jsonl")
     mine = [r for r in rows if r["messages"][-1]["content"] == good["messages"][0]["content"]]
-    assert report.user_rows == 1 and len(mine) == 1 and mine[0]["commit"] == commit and mine[0]["repo"] == str(repo)
+    assert (
+        report.user_rows == 1
+        and len(mine) == 1
+        and mine[0]["commit"] == commit
+        and mine[0]["repo"] == str(repo)
+    )
     split = "val" if is_held_out("pkg/net.py", 0.5) else "train"
-    assert mine[0] in read(tmp_path / f"out/{split}.jsonl")  # with the generated questions about the same file
+    assert mine[0] in read(
+        tmp_path / f"out/{split}.jsonl"
+    )  # with the generated questions about the same file
 
 
 def test_the_command_prints_what_it_kept_and_dropped(py_repo, tmp_path, capsys):
     repo, commit = py_repo
-    assert main(["data", "repo-qa", str(repo), "--out", str(tmp_path / "o"), "--rev", commit, "--worked-examples", "0", "--val-fraction", "0.5"]) in (0, 1)
+    assert main(
+        [
+            "data",
+            "repo-qa",
+            str(repo),
+            "--out",
+            str(tmp_path / "o"),
+            "--rev",
+            commit,
+            "--worked-examples",
+            "0",
+            "--val-fraction",
+            "0.5",
+        ]
+    ) in (0, 1)
     out = capsys.readouterr().out
-    assert "Python files read" in out and "questions kept" in out and "names defined more than once" in out
+    assert (
+        "Python files read" in out
+        and "questions kept" in out
+        and "names defined more than once" in out
+    )
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "q"}], "facts": []}\n')
-    assert main(["data", "repo-qa", str(repo), "--out", str(tmp_path / "o"), "--questions", str(bad)]) == 2
+    assert (
+        main(["data", "repo-qa", str(repo), "--out", str(tmp_path / "o"), "--questions", str(bad)])
+        == 2
+    )
     assert f"{bad}:1" in capsys.readouterr().err
 
 

@@ -17,18 +17,37 @@ def demo():  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("variant", ["job.yaml", "job_cliff.yaml"])
 def test_demo_job_reads_the_demo_data_and_starts_the_recipes_environment(demo, tmp_path, variant):
-    job = demo._file_selection.demo_job(tmp_path / "data", tmp_path / "out", 3, 11, RECIPE / variant)
-    assert job.training_file == str(tmp_path / "data" / "train.jsonl") and job.validation_file is None
+    job = demo._file_selection.demo_job(
+        tmp_path / "data", tmp_path / "out", 3, 11, RECIPE / variant
+    )
+    assert (
+        job.training_file == str(tmp_path / "data" / "train.jsonl") and job.validation_file is None
+    )
     assert job.seed == 11 and job.agentrft.train.max_steps == 3
     assert job.agentrft.environment is not None
-    assert (job.resolve_path(job.agentrft.environment.dir) / "env.py").resolve() == RECIPE / "env.py"
+    assert (
+        job.resolve_path(job.agentrft.environment.dir) / "env.py"
+    ).resolve() == RECIPE / "env.py"
 
 
 def record(row, facts, calls, over_budget=False, tool_tokens=6):  # type: ignore[no-untyped-def]
-    grade = {"score": -1.0 if over_budget else facts, "sub_scores": {} if over_budget else {"facts": facts}, "error": None,
-             "metrics": {"over_budget": over_budget}}
-    turns = [{"sampled_tokens": tool_tokens, "tool_calls": [{"name": "grep"}]} for _ in range(calls)] + [{"sampled_tokens": 9, "tool_calls": []}]
-    return {"row": row, "reward": grade["score"], "grade": grade, "num_tool_calls": calls, "turns": turns, "discarded": None}
+    grade = {
+        "score": -1.0 if over_budget else facts,
+        "sub_scores": {} if over_budget else {"facts": facts},
+        "error": None,
+        "metrics": {"over_budget": over_budget},
+    }
+    turns = [
+        {"sampled_tokens": tool_tokens, "tool_calls": [{"name": "grep"}]} for _ in range(calls)
+    ] + [{"sampled_tokens": 9, "tool_calls": []}]
+    return {
+        "row": row,
+        "reward": grade["score"],
+        "grade": grade,
+        "num_tool_calls": calls,
+        "turns": turns,
+        "discarded": None,
+    }
 
 
 def test_recall_counts_a_rollout_cut_off_by_the_cliff_as_recalling_nothing(demo):
@@ -43,7 +62,12 @@ def test_headline_and_per_question_difference(demo):
     res = {"reward": {"mean": 0.5}, "sampled_tokens": {"mean": 20.0}, "invalid_tool_calls": 0}
     a, b = demo.headline(res, before), demo.headline(res, after)
     assert a["fact recall"] == 0.5 and b["fact recall"] == pytest.approx(0.875)
-    assert a["tool calls max"] == 8 and b["tool calls max"] == 3 and a["share with > 4 calls"] == 0.5 and b["share with > 4 calls"] == 0
+    assert (
+        a["tool calls max"] == 8
+        and b["tool calls max"] == 3
+        and a["share with > 4 calls"] == 0.5
+        and b["share with > 4 calls"] == 0
+    )
     assert a["tokens sent to tools"] == pytest.approx(6 * 17 / 4)
     diff = demo.per_row_recall(before, after)["difference"]
     assert diff["n"] == 2 and diff["mean"] == pytest.approx((0.5 + 0.25) / 2)
@@ -55,6 +79,8 @@ def test_spread_takes_evenly_spaced_questions(demo):
 
 
 def test_the_demo_data_builds_at_its_pinned_commit(demo, tmp_path):
-    report = demo.build_dataset(demo.REPO, tmp_path, rev=demo.PINNED_REV, include=demo.INCLUDE, worked_examples=0)
+    report = demo.build_dataset(
+        demo.REPO, tmp_path, rev=demo.PINNED_REV, include=demo.INCLUDE, worked_examples=0
+    )
     assert report.commit == demo.PINNED_REV
     assert report.train >= demo.PREFLIGHT_ROWS and report.val >= demo.VAL_ROWS

@@ -27,18 +27,36 @@ def item(py_repo, tmp_path, monkeypatch) -> dict:
     (outside / "secret.txt").write_text("do not read\n")
     monkeypatch.setenv("AGENTRFT_WORKSPACE_DIR", str(tmp_path / "ws"))
     (tmp_path / "ws").mkdir()
-    return {"repo": str(repo), "commit": commit, "facts": ["pkg/config.py"], "kind": "where_defined", "source_files": ["pkg/config.py"]}
+    return {
+        "repo": str(repo),
+        "commit": commit,
+        "facts": ["pkg/config.py"],
+        "kind": "where_defined",
+        "source_files": ["pkg/config.py"],
+    }
 
 
 @pytest.fixture
 def server(load_env_module):
-    with serve_in_thread(load_env_module().app) as url, httpx.Client(base_url=url, timeout=30) as client:
+    with (
+        serve_in_thread(load_env_module().app) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
         yield client
 
 
-def call(client: httpx.Client, item: dict, name: str, trace_id: str = "t", **arguments) -> httpx.Response:
-    body = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:8]}", "call_id": f"call_{uuid.uuid4().hex[:8]}",
-            "name": name, "arguments": json.dumps(arguments), "trace_id": trace_id, "item": item}
+def call(
+    client: httpx.Client, item: dict, name: str, trace_id: str = "t", **arguments
+) -> httpx.Response:
+    body = {
+        "type": "function_call",
+        "id": f"fc_{uuid.uuid4().hex[:8]}",
+        "call_id": f"call_{uuid.uuid4().hex[:8]}",
+        "name": name,
+        "arguments": json.dumps(arguments),
+        "trace_id": trace_id,
+        "item": item,
+    }
     return client.post(f"/tools/{name}", json=body)
 
 
@@ -50,22 +68,30 @@ def ok(resp: httpx.Response) -> str:
 # -- environment ---------------------------------------------------------------------------
 def test_tools_see_the_rows_commit_only(server, item, tmp_path):
     listing = ok(call(server, item, "list_files"))
-    assert "pkg/config.py" in listing and "pkg/late.py" not in listing  # added after the row's commit
+    assert (
+        "pkg/config.py" in listing and "pkg/late.py" not in listing
+    )  # added after the row's commit
     assert ".git" not in listing
     assert ok(call(server, item, "grep", pattern="late_function")).startswith("no matches")
     assert ok(call(server, item, "search", query="late function")).startswith("no files match")
-    assert ok(call(server, item, "read_file", path="pkg/config.py", end_line=1)) == "1: import json\n... (11 lines in all; continue with start_line=2)"
+    assert (
+        ok(call(server, item, "read_file", path="pkg/config.py", end_line=1))
+        == "1: import json\n... (11 lines in all; continue with start_line=2)"
+    )
     (ws,) = (tmp_path / "ws").iterdir()
     assert not (ws / ".git").exists()
 
 
-@pytest.mark.parametrize("tool,args", [
-    ("read_file", {"path": "../outside/secret.txt"}),
-    ("read_file", {"path": "/etc/passwd"}),
-    ("read_file", {"path": "pkg/../../outside/secret.txt"}),
-    ("list_files", {"path": ".."}),
-    ("grep", {"pattern": "do not", "path": "../outside"}),
-])
+@pytest.mark.parametrize(
+    "tool,args",
+    [
+        ("read_file", {"path": "../outside/secret.txt"}),
+        ("read_file", {"path": "/etc/passwd"}),
+        ("read_file", {"path": "pkg/../../outside/secret.txt"}),
+        ("list_files", {"path": ".."}),
+        ("grep", {"pattern": "do not", "path": "../outside"}),
+    ],
+)
 def test_paths_outside_the_workspace_are_refused(server, item, tool, args):
     resp = call(server, item, tool, **args)
     assert resp.status_code == 400, resp.text
@@ -76,7 +102,10 @@ def test_cleanup_removes_the_workspace_and_a_bad_item_is_the_servers_fault(serve
     ok(call(server, item, "list_files", trace_id="c"))
     assert server.post("/cleanup", json={"trace_id": "c"}).json() == {"removed": True}
     assert list((tmp_path / "ws").iterdir()) == []
-    assert call(server, {**item, "commit": "HEAD; rm -rf /"}, "list_files", trace_id="d").status_code == 500
+    assert (
+        call(server, {**item, "commit": "HEAD; rm -rf /"}, "list_files", trace_id="d").status_code
+        == 500
+    )
 
 
 @pytest.mark.parametrize("variant", JOBS)
@@ -86,14 +115,19 @@ def test_job_tools_match_the_environment(load_env_module, variant):
     assert {t.name for t in job.rl.tools} == set(served)
     for tool in job.rl.tools:
         assert tool.server_url == f"/tools/{tool.name}"
-        assert tool.parameters == served[tool.name]["parameters"] and tool.description == served[tool.name]["description"]
+        assert (
+            tool.parameters == served[tool.name]["parameters"]
+            and tool.description == served[tool.name]["description"]
+        )
     assert job.agentrft.environment is not None and job.agentrft.environment.app == "env:app"
 
 
 # -- grader: the pinned hacks and both budgets ------------------------------------------------
 def grade(variant: str, answer: str, facts: list[str], n_calls: int = 1) -> float:
     grader = build_grader(load_job(RECIPE / variant).rl.grader)
-    calls = [{"name": "grep", "arguments": {"pattern": "x"}, "output": "", "status": "ok"}] * n_calls
+    calls = [
+        {"name": "grep", "arguments": {"pattern": "x"}, "output": "", "status": "ok"}
+    ] * n_calls
     return grader.grade({"output_text": answer, "tool_calls": calls}, {"facts": facts}).score
 
 
@@ -114,9 +148,19 @@ def test_dumping_a_whole_file_into_the_answer_does_not_pay(variant):
 
 @pytest.mark.parametrize("variant", JOBS)
 def test_pasting_tool_output_does_not_pay(variant):
-    search_output = "\n".join(f"{n}. {p}  (matches: settings, load)" for n, p in enumerate(["pkg/net.py", "pkg/config.py", "pkg/store.py", "tools/cli.py", "pkg/__init__.py"], start=1))
-    grep_output = "\n".join(f"pkg/mod{i}.py:{i}: def load_settings{i}(path, retries=3):" for i in range(20))
-    listing = "\n".join(f"pkg/sub{i}/module_{i}.py" for i in range(10))  # a list_files page of ten paths
+    search_output = "\n".join(
+        f"{n}. {p}  (matches: settings, load)"
+        for n, p in enumerate(
+            ["pkg/net.py", "pkg/config.py", "pkg/store.py", "tools/cli.py", "pkg/__init__.py"],
+            start=1,
+        )
+    )
+    grep_output = "\n".join(
+        f"pkg/mod{i}.py:{i}: def load_settings{i}(path, retries=3):" for i in range(20)
+    )
+    listing = "\n".join(
+        f"pkg/sub{i}/module_{i}.py" for i in range(10)
+    )  # a list_files page of ten paths
     for pasted in (search_output, grep_output, listing + "\npkg/config.py"):
         assert grade(variant, pasted, ["pkg/config.py"]) == 0.0, pasted
 
@@ -129,15 +173,28 @@ def test_known_gap_a_short_list_of_candidate_paths_still_pays():
 
 def test_the_soft_budget_costs_per_call_past_the_free_ones():
     right = "It is defined in pkg/config.py."
-    assert tool_call_limit(build_grader(load_job(RECIPE / "job.yaml").rl.grader)) is None  # no cliff: rollouts are not cut
-    assert [grade("job.yaml", right, ["pkg/config.py"], n) for n in (0, 2, 3, 6)] == pytest.approx([1.0, 1.0, 0.95, 0.8])
-    assert grade("job.yaml", "no idea", ["pkg/config.py"], 6) == pytest.approx(-0.2)  # calling more never pays by itself
+    assert (
+        tool_call_limit(build_grader(load_job(RECIPE / "job.yaml").rl.grader)) is None
+    )  # no cliff: rollouts are not cut
+    assert [grade("job.yaml", right, ["pkg/config.py"], n) for n in (0, 2, 3, 6)] == pytest.approx(
+        [1.0, 1.0, 0.95, 0.8]
+    )
+    assert grade("job.yaml", "no idea", ["pkg/config.py"], 6) == pytest.approx(
+        -0.2
+    )  # calling more never pays by itself
 
 
 def test_the_hard_budget_is_a_cliff_past_its_calls():
     right = "It is defined in pkg/config.py."
-    assert tool_call_limit(build_grader(load_job(RECIPE / "job_cliff.yaml").rl.grader)) == 3  # rollouts stop at the 4th call
-    assert [grade("job_cliff.yaml", right, ["pkg/config.py"], n) for n in (0, 3, 4, 9)] == [1.0, 1.0, -1.0, -1.0]
+    assert (
+        tool_call_limit(build_grader(load_job(RECIPE / "job_cliff.yaml").rl.grader)) == 3
+    )  # rollouts stop at the 4th call
+    assert [grade("job_cliff.yaml", right, ["pkg/config.py"], n) for n in (0, 3, 4, 9)] == [
+        1.0,
+        1.0,
+        -1.0,
+        -1.0,
+    ]
 
 
 def test_recipe_files_exist():
@@ -149,8 +206,21 @@ def test_a_budget_must_say_which_way_and_both_ways_combine():
     facts = {"type": "fact_recall", "reference": "{{item.facts}}"}
     with pytest.raises(Exception, match="max_tool_calls .* or cost_per_call"):
         build_grader({"type": "tool_budget", "grader": facts})
-    both = build_grader({"type": "tool_budget", "max_tool_calls": 4, "cost_per_call": 0.1, "free_calls": 1, "grader": facts})
+    both = build_grader(
+        {
+            "type": "tool_budget",
+            "max_tool_calls": 4,
+            "cost_per_call": 0.1,
+            "free_calls": 1,
+            "grader": facts,
+        }
+    )
     calls = [{"name": "grep", "arguments": {}}]
-    scores = [both.grade({"output_text": "pkg/config.py", "tool_calls": calls * n}, {"facts": ["pkg/config.py"]}).score for n in (1, 3, 5)]
+    scores = [
+        both.grade(
+            {"output_text": "pkg/config.py", "tool_calls": calls * n}, {"facts": ["pkg/config.py"]}
+        ).score
+        for n in (1, 3, 5)
+    ]
     assert scores == pytest.approx([1.0, 0.8, -1.0])
     assert tool_call_limit(both) == 4

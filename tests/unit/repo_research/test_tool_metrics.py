@@ -11,15 +11,27 @@ from agentrft.types import Grade, Group, Item, StopReason, ToolCall, Trajectory,
 
 def rollout(n_calls: int, tokens_per_call: int, answer_tokens: int = 5) -> Trajectory:
     item = Item(0, ({"role": "user", "content": "q"},), {"facts": ["x"]}, "t.jsonl:1")
-    turns = [Turn(i, "<tool_call>...", tokens_per_call, (ToolCall(f"fc_{i}", f"call_{i}", "grep", '{"pattern": "def x"}'),)) for i in range(n_calls)]
+    turns = [
+        Turn(
+            i,
+            "<tool_call>...",
+            tokens_per_call,
+            (ToolCall(f"fc_{i}", f"call_{i}", "grep", '{"pattern": "def x"}'),),
+        )
+        for i in range(n_calls)
+    ]
     turns.append(Turn(n_calls, "x", answer_tokens))
-    return Trajectory(f"trace_{n_calls}", item, (), tuple(turns), (), (), (), StopReason.FINAL_ANSWER)
+    return Trajectory(
+        f"trace_{n_calls}", item, (), tuple(turns), (), (), (), StopReason.FINAL_ANSWER
+    )
 
 
 def test_eval_results_count_the_tokens_written_in_tool_calls_only():
     trajs = (rollout(1, 10), rollout(3, 10))
     res = eval_results([Group(trajs[0].item, trajs, (Grade(1.0), Grade(0.5)))])
-    assert res["tool_call_tokens"]["mean"] == 20.0 and res["tool_call_tokens"]["max"] == 30.0  # answers are not sent to tools
+    assert (
+        res["tool_call_tokens"]["mean"] == 20.0 and res["tool_call_tokens"]["max"] == 30.0
+    )  # answers are not sent to tools
     assert res["tool_argument_chars"]["max"] == 3 * len('{"pattern": "def x"}')
 
 
@@ -38,4 +50,6 @@ def test_compare_lists_tokens_sent_to_tools():
     a = {"tool_call_tokens": {"mean": 40.0, "p50": 30.0, "p95": 90.0, "max": 120.0}}
     b = {"tool_call_tokens": {"mean": 20.0, "p50": 18.0, "p95": 30.0, "max": 40.0}}
     rows = {label: (va, vb) for label, va, vb in compare_rows(a, b)}
-    assert rows["tokens sent to tools mean"] == (40.0, 20.0) and rows["tokens sent to tools p95"] == (90.0, 30.0)
+    assert rows["tokens sent to tools mean"] == (40.0, 20.0) and rows[
+        "tokens sent to tools p95"
+    ] == (90.0, 30.0)

@@ -19,13 +19,30 @@ openai = pytest.importorskip("openai")
 REPO = Path(__file__).resolve().parents[3]
 KEY_A, KEY_B = "sk-test-alice", "sk-test-bob"
 ROWS = [
-    {"messages": [{"role": "user", "content": "What is the capital of France?"}], "answer": "Paris"},
+    {
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "answer": "Paris",
+    },
     {"messages": [{"role": "user", "content": "What is the currency of Japan?"}], "answer": "yen"},
 ]
-GRADER = {"type": "string_check", "name": "answer", "input": "{{sample.output_text}}", "reference": "{{item.answer}}", "operation": "ilike"}
-TOOL = {"type": "function", "name": "lookup_country", "description": "Look up a country.",
-        "parameters": {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"]},
-        "server_url": "http://127.0.0.1:9/tools/lookup_country"}
+GRADER = {
+    "type": "string_check",
+    "name": "answer",
+    "input": "{{sample.output_text}}",
+    "reference": "{{item.answer}}",
+    "operation": "ilike",
+}
+TOOL = {
+    "type": "function",
+    "name": "lookup_country",
+    "description": "Look up a country.",
+    "parameters": {
+        "type": "object",
+        "properties": {"country": {"type": "string"}},
+        "required": ["country"],
+    },
+    "server_url": "http://127.0.0.1:9/tools/lookup_country",
+}
 
 
 def free_port() -> int:
@@ -45,7 +62,9 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(data_dir, **kwargs)  # type: ignore[arg-type]
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 20
@@ -61,21 +80,30 @@ class Server:
 @pytest.fixture
 def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    server = Server(tmp_path / "data", api_keys=frozenset({KEY_A, KEY_B}), workers=2,
-                    worker_module="tests.unit.service.fake_worker", poll_s=0.05)
+    server = Server(
+        tmp_path / "data",
+        api_keys=frozenset({KEY_A, KEY_B}),
+        workers=2,
+        worker_module="tests.unit.service.fake_worker",
+        poll_s=0.05,
+    )
     yield server
     server.stop()
 
 
 @pytest.fixture
 def alice(service: Server):
-    with openai.OpenAI(base_url=service.url + "/v1", api_key=KEY_A, max_retries=0, timeout=30) as client:
+    with openai.OpenAI(
+        base_url=service.url + "/v1", api_key=KEY_A, max_retries=0, timeout=30
+    ) as client:
         yield client
 
 
 @pytest.fixture
 def bob(service: Server):
-    with openai.OpenAI(base_url=service.url + "/v1", api_key=KEY_B, max_retries=0, timeout=30) as client:
+    with openai.OpenAI(
+        base_url=service.url + "/v1", api_key=KEY_B, max_retries=0, timeout=30
+    ) as client:
         yield client
 
 
@@ -83,14 +111,24 @@ def jsonl(rows: list[dict]) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
-def upload(client, rows: list[dict] | None = None, name: str = "train.jsonl", purpose: str = "fine-tune"):
+def upload(
+    client, rows: list[dict] | None = None, name: str = "train.jsonl", purpose: str = "fine-tune"
+):
     return client.files.create(file=(name, jsonl(rows or ROWS)), purpose=purpose)
 
 
 def create_job(client, training_file: str, *, metadata: dict | None = None, **extra):
-    method = {"type": "reinforcement", "reinforcement": {"grader": GRADER, "tools": [TOOL], "max_episode_steps": 2}}
-    return client.fine_tuning.jobs.create(model="smollm2-135m-instruct", training_file=training_file, method=method,
-                                          metadata=metadata, **extra)
+    method = {
+        "type": "reinforcement",
+        "reinforcement": {"grader": GRADER, "tools": [TOOL], "max_episode_steps": 2},
+    }
+    return client.fine_tuning.jobs.create(
+        model="smollm2-135m-instruct",
+        training_file=training_file,
+        method=method,
+        metadata=metadata,
+        **extra,
+    )
 
 
 def wait_status(client, job_id: str, statuses: set[str], timeout_s: float = 20):
@@ -103,6 +141,13 @@ def wait_status(client, job_id: str, statuses: set[str], timeout_s: float = 20):
         time.sleep(0.05)
 
 
-def raw(service: Server, method: str, path: str, key: str | None = KEY_A, headers: dict | None = None, **kwargs) -> httpx.Response:
+def raw(
+    service: Server,
+    method: str,
+    path: str,
+    key: str | None = KEY_A,
+    headers: dict | None = None,
+    **kwargs,
+) -> httpx.Response:
     headers = {**({"Authorization": f"Bearer {key}"} if key else {}), **(headers or {})}
     return httpx.request(method, service.url + path, headers=headers, timeout=30, **kwargs)

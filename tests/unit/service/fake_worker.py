@@ -26,20 +26,38 @@ def main() -> int:
     if meta.get("fake_fail"):
         write_result(run_dir, {"error": {"code": "training_aborted", "message": meta["fake_fail"]}})
         return 1
-    (run_dir / "hyperparameters.json").write_text(json.dumps({"batch_size": 2, "n_epochs": 1, "total_steps": steps}))
+    (run_dir / "hyperparameters.json").write_text(
+        json.dumps({"batch_size": 2, "n_epochs": 1, "total_steps": steps})
+    )
     latest = run_dir / "checkpoints" / "latest"
     start = int(latest.read_text().removeprefix("step-")) if latest.is_file() else 0
     for step in range(start + 1, steps + 1):
         time.sleep(step_s)
-        row = {"step": step, "reward/mean": 0.1 * step, "reward/n": 16, "eval/reward/mean": 0.05 * step, "rollouts/tool_calls/mean": 1.0,
-               "rollouts/tool_calls_histogram/1": 3.0, "rollouts/stop_reasons/final_answer": 4.0}
+        row = {
+            "step": step,
+            "reward/mean": 0.1 * step,
+            "reward/n": 16,
+            "eval/reward/mean": 0.05 * step,
+            "rollouts/tool_calls/mean": 1.0,
+            "rollouts/tool_calls_histogram/1": 3.0,
+            "rollouts/stop_reasons/final_answer": 4.0,
+        }
         with (run_dir / "metrics.jsonl").open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         rollouts = run_dir / "rollouts"
         rollouts.mkdir(exist_ok=True)
-        record = {"trace_id": f"trace-{step}", "row": 0, "reward": 0.5, "stop_reason": "final_answer", "num_tool_calls": 1,
-                  "messages": [{"role": "user", "content": "What is the capital of France?"}, {"role": "assistant", "content": "Paris"}],
-                  "turns": [{"tool_results": []}]}
+        record = {
+            "trace_id": f"trace-{step}",
+            "row": 0,
+            "reward": 0.5,
+            "stop_reason": "final_answer",
+            "num_tool_calls": 1,
+            "messages": [
+                {"role": "user", "content": "What is the capital of France?"},
+                {"role": "assistant", "content": "Paris"},
+            ],
+            "turns": [{"tool_results": []}],
+        }
         (rollouts / f"step-{step}.jsonl").write_text(json.dumps(record) + "\n")
         ckpt = run_dir / "checkpoints" / f"step-{step}" / "adapter"
         ckpt.mkdir(parents=True, exist_ok=True)

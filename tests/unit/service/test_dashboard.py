@@ -10,7 +10,9 @@ from tests.unit.service.conftest import KEY_A, KEY_B, create_job, upload, wait_s
 def test_dashboard_login_list_job_page_and_buttons(alice, service) -> None:
     done = create_job(alice, upload(alice).id, metadata={"fake_steps": "3"})
     wait_status(alice, done.id, {"succeeded"})
-    running = create_job(alice, upload(alice).id, metadata={"fake_steps": "100", "fake_step_s": "0.2"})
+    running = create_job(
+        alice, upload(alice).id, metadata={"fake_steps": "100", "fake_step_s": "0.2"}
+    )
     wait_status(alice, running.id, {"running"})
 
     with httpx.Client(base_url=service.url, timeout=30, follow_redirects=True) as browser:
@@ -18,14 +20,24 @@ def test_dashboard_login_list_job_page_and_buttons(alice, service) -> None:
         assert login.status_code == 200 and 'name="key"' in login.text and done.id not in login.text
         assert browser.get("/", params={"key": "sk-wrong"}).status_code == 401
         listing = browser.get("/", params={"key": KEY_A})  # sets the cookie
-        assert done.id in listing.text and running.id in listing.text and 'http-equiv="refresh"' in listing.text
+        assert (
+            done.id in listing.text
+            and running.id in listing.text
+            and 'http-equiv="refresh"' in listing.text
+        )
 
         page = browser.get(f"/dashboard/jobs/{done.id}").text  # by cookie from here on
         for sid in ("job", "reward-curve", "tool-calls", "stop-reasons", "trajectories"):
             assert f'<section id="{sid}">' in page, sid
         assert '<img alt="reward curve"' in page and '<img alt="tool calls per rollout"' in page
-        assert "final_answer" in page and 'class="rollout"' in page and "What is the capital of France?" in page
-        assert "Cancel" not in page and 'http-equiv="refresh"' not in page  # finished: no buttons, no reloads
+        assert (
+            "final_answer" in page
+            and 'class="rollout"' in page
+            and "What is the capital of France?" in page
+        )
+        assert (
+            "Cancel" not in page and 'http-equiv="refresh"' not in page
+        )  # finished: no buttons, no reloads
 
         live = browser.get(f"/dashboard/jobs/{running.id}").text
         assert "Pause" in live and "Cancel" in live and 'http-equiv="refresh"' in live

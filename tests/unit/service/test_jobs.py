@@ -21,8 +21,16 @@ from tests.unit.service.conftest import (
 def test_job_runs_to_succeeded_with_events_and_checkpoints(alice) -> None:
     f = upload(alice)
     job = create_job(alice, f.id, suffix="caps", metadata={"fake_steps": "3"})
-    assert job.id.startswith("ftjob-") and job.object == "fine_tuning.job" and job.status == "validating_files"
-    assert job.fine_tuned_model is None and job.training_file == f.id and job.method.type == "reinforcement"
+    assert (
+        job.id.startswith("ftjob-")
+        and job.object == "fine_tuning.job"
+        and job.status == "validating_files"
+    )
+    assert (
+        job.fine_tuned_model is None
+        and job.training_file == f.id
+        and job.method.type == "reinforcement"
+    )
     done = wait_status(alice, job.id, {"succeeded", "failed"})
     assert done.status == "succeeded" and done.error is None and done.finished_at is not None
     assert done.fine_tuned_model.startswith("ft:smollm2-135m-instruct:agentrft:caps:")
@@ -32,10 +40,15 @@ def test_job_runs_to_succeeded_with_events_and_checkpoints(alice) -> None:
     created = [e.created_at for e in events]
     assert created == sorted(created, reverse=True)  # newest first
     messages = [e.message for e in reversed(events)]
-    assert messages[0].startswith("Created fine-tuning job") and messages[-1] == "The job has successfully completed"
+    assert (
+        messages[0].startswith("Created fine-tuning job")
+        and messages[-1] == "The job has successfully completed"
+    )
     metrics = [e for e in reversed(events) if e.type == "metrics"]
     assert [e.data["step"] for e in metrics] == [1, 2, 3]
-    assert metrics[0].data["reward/mean"] == pytest.approx(0.1) and metrics[0].data["total_steps"] == 3
+    assert (
+        metrics[0].data["reward/mean"] == pytest.approx(0.1) and metrics[0].data["total_steps"] == 3
+    )
     assert "reward=0.1000" in metrics[0].message
     page = alice.fine_tuning.jobs.list_events(job.id, limit=2)
     assert len(page.data) == 2 and page.has_more
@@ -46,7 +59,12 @@ def test_job_runs_to_succeeded_with_events_and_checkpoints(alice) -> None:
     assert [c.step_number for c in ckpts.data] == [3, 2, 1]
     assert ckpts.data[0].fine_tuned_model_checkpoint == f"{done.fine_tuned_model}:ckpt-step-3"
     assert ckpts.data[0].metrics.step == 3 and ckpts.data[0].fine_tuning_job_id == job.id
-    assert [c.step_number for c in alice.fine_tuning.jobs.checkpoints.list(job.id, limit=1, after=ckpts.data[0].id).data] == [2]
+    assert [
+        c.step_number
+        for c in alice.fine_tuning.jobs.checkpoints.list(
+            job.id, limit=1, after=ckpts.data[0].id
+        ).data
+    ] == [2]
 
     models = [m.id for m in alice.models.list()]
     assert "smollm2-135m-instruct" in models and done.fine_tuned_model in models
@@ -54,13 +72,17 @@ def test_job_runs_to_succeeded_with_events_and_checkpoints(alice) -> None:
     assert alice.models.delete(done.fine_tuned_model).deleted
     assert done.fine_tuned_model not in [m.id for m in alice.models.list()]
     with pytest.raises(openai.NotFoundError):
-        alice.chat.completions.create(model=done.fine_tuned_model, messages=[{"role": "user", "content": "hi"}])
+        alice.chat.completions.create(
+            model=done.fine_tuned_model, messages=[{"role": "user", "content": "hi"}]
+        )
     with pytest.raises(openai.PermissionDeniedError):
         alice.models.delete("smollm2-135m-instruct")
 
 
 def test_failed_job_carries_openai_error(alice) -> None:
-    job = create_job(alice, upload(alice).id, metadata={"fake_fail": "step 1: 16 rollouts discarded"})
+    job = create_job(
+        alice, upload(alice).id, metadata={"fake_fail": "step 1: 16 rollouts discarded"}
+    )
     done = wait_status(alice, job.id, {"succeeded", "failed"})
     assert done.status == "failed" and done.fine_tuned_model is None
     assert done.error.code == "training_aborted" and "16 rollouts discarded" in done.error.message
@@ -79,7 +101,9 @@ def test_cancel_stops_the_worker_within_seconds_and_keeps_checkpoints(alice, ser
     assert cancelled.status == "cancelled" and time.monotonic() - t0 < 5
     n = len(alice.fine_tuning.jobs.checkpoints.list(job.id, limit=100).data)
     time.sleep(0.5)
-    assert n >= 1 and len(alice.fine_tuning.jobs.checkpoints.list(job.id, limit=100).data) == n  # kept, and nothing runs
+    assert (
+        n >= 1 and len(alice.fine_tuning.jobs.checkpoints.list(job.id, limit=100).data) == n
+    )  # kept, and nothing runs
     with pytest.raises(openai.BadRequestError):
         alice.fine_tuning.jobs.cancel(job.id)
 
@@ -92,10 +116,17 @@ def test_pause_and_resume_continue_from_the_checkpoint(alice) -> None:
     assert alice.fine_tuning.jobs.pause(job.id).status == "paused"
     with pytest.raises(openai.BadRequestError):
         alice.fine_tuning.jobs.pause(job.id)
-    assert alice.fine_tuning.jobs.resume(job.id).status in {"queued", "running"}  # running once a worker took it
+    assert alice.fine_tuning.jobs.resume(job.id).status in {
+        "queued",
+        "running",
+    }  # running once a worker took it
     done = wait_status(alice, job.id, {"succeeded", "failed"})
     assert done.status == "succeeded"
-    steps = [e.data["step"] for e in reversed(list(alice.fine_tuning.jobs.list_events(job.id, limit=100))) if e.type == "metrics"]
+    steps = [
+        e.data["step"]
+        for e in reversed(list(alice.fine_tuning.jobs.list_events(job.id, limit=100)))
+        if e.type == "metrics"
+    ]
     assert steps == [1, 2, 3, 4, 5, 6]
     messages = [e.message for e in alice.fine_tuning.jobs.list_events(job.id, limit=100)]
     assert "Fine-tuning job resumed from its last checkpoint" in messages
@@ -105,10 +136,16 @@ def test_a_restart_loses_no_job(tmp_path, monkeypatch) -> None:
     from tests.unit.service.conftest import REPO
 
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    kwargs = {"api_keys": frozenset({KEY_A}), "worker_module": "tests.unit.service.fake_worker", "poll_s": 0.05}
+    kwargs = {
+        "api_keys": frozenset({KEY_A}),
+        "worker_module": "tests.unit.service.fake_worker",
+        "poll_s": 0.05,
+    }
     server = Server(tmp_path / "data", **kwargs)
     with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY_A, max_retries=0) as client:
-        job = create_job(client, upload(client).id, metadata={"fake_steps": "5", "fake_step_s": "0.3"})
+        job = create_job(
+            client, upload(client).id, metadata={"fake_steps": "5", "fake_step_s": "0.3"}
+        )
         queued = create_job(client, upload(client).id, metadata={"fake_steps": "1"})
         wait_status(client, job.id, {"running"})
         while not client.fine_tuning.jobs.checkpoints.list(job.id).data:
@@ -120,7 +157,13 @@ def test_a_restart_loses_no_job(tmp_path, monkeypatch) -> None:
             assert wait_status(client, job.id, {"succeeded", "failed"}).status == "succeeded"
             assert wait_status(client, queued.id, {"succeeded", "failed"}).status == "succeeded"
             events = list(client.fine_tuning.jobs.list_events(job.id, limit=100))
-            assert [e.data["step"] for e in reversed(events) if e.type == "metrics"] == [1, 2, 3, 4, 5]
+            assert [e.data["step"] for e in reversed(events) if e.type == "metrics"] == [
+                1,
+                2,
+                3,
+                4,
+                5,
+            ]
             assert any("server restarted" in e.message for e in events)
     finally:
         server.stop()
@@ -131,10 +174,16 @@ def test_graders_validate_and_run(alice) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         alice.fine_tuning.alpha.graders.validate(grader={"type": "no_such_grader", "name": "x"})
     assert err.value.body["param"] == "grader"
-    hit = alice.fine_tuning.alpha.graders.run(grader=GRADER, model_sample="The capital is paris.", item={"answer": "Paris"})
-    assert hit.reward == 1.0 and hit.metadata.name == "answer" and hit.metadata.type == "string_check"
+    hit = alice.fine_tuning.alpha.graders.run(
+        grader=GRADER, model_sample="The capital is paris.", item={"answer": "Paris"}
+    )
+    assert (
+        hit.reward == 1.0 and hit.metadata.name == "answer" and hit.metadata.type == "string_check"
+    )
     assert not any(v for k, v in hit.metadata.errors.model_dump().items() if isinstance(v, bool))
-    miss = alice.fine_tuning.alpha.graders.run(grader=GRADER, model_sample="Lyon", item={"answer": "Paris"})
+    miss = alice.fine_tuning.alpha.graders.run(
+        grader=GRADER, model_sample="Lyon", item={"answer": "Paris"}
+    )
     assert miss.reward == 0.0
     missing = alice.fine_tuning.alpha.graders.run(grader=GRADER, model_sample="Paris", item={})
     assert missing.metadata.errors.invalid_variable_error
