@@ -32,7 +32,7 @@ import pathspec
 import regex
 
 from agentrft.tools.code_search import DEFAULT_TOP_K, CodeIndex, numbered
-from agentrft.tools.envkit import ToolInputError, ToolServer, TraceContext
+from agentrft.tools.envkit import ToolInputError, ToolServer, TraceContext, bad_path
 
 LIST_MAX_FILES = 100
 GREP_MAX_MATCHES = 20
@@ -118,7 +118,14 @@ def confine(root: Path, path: str) -> Path:
         )
     if ".." in rel.parts:
         raise ToolInputError(f"{path!r} contains `..`; paths stay inside the repository")
-    full = (root / rel).resolve()
+    try:
+        full = (root / rel).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long: the model's to fix
+        if bad_path(exc) is None:
+            raise
+        raise ToolInputError(
+            f"{path!r} cannot be followed (a symbolic link loop, or too long); try another path"
+        ) from None
     if not full.is_relative_to(root):
         raise ToolInputError(f"{path!r} points outside the repository")
     return full

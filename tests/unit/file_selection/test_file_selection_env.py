@@ -341,3 +341,19 @@ def test_search_ranks_the_parent_commits_files_and_numbers_them(server, repo_ite
     )
     empty = call(server, "trace_s", repo_item, "search", query="  ")
     assert empty.status_code == 400 and "non-empty" in empty.text
+
+
+def test_a_symlink_loop_is_a_400_naming_the_models_path_not_the_workspace(
+    server, make_repo, workspaces
+):
+    r = make_repo("loops")
+    r.write("a.txt", "a\n")
+    os.symlink("loop_b", r.path / "loop_a")
+    os.symlink("loop_a", r.path / "loop_b")
+    parent = r.commit("root with a loop")
+    r.write("a.txt", "b\n")
+    head = r.commit("change")
+    item = {"repo": str(r.path), "commit": head, "parent": parent, "files": ["a.txt"]}
+    resp = call(server, "trace_loop", item, "read_file", path="loop_a/x.txt")
+    assert resp.status_code == 400, resp.text
+    assert "loop_a/x.txt" in resp.text and str(workspaces) not in resp.text
