@@ -16,8 +16,18 @@ from typing import Any
 from agentrft.data.from_git import DEFAULT_MAX_FILES, DEFAULT_VAL_FRACTION, DEFAULT_WORKED_EXAMPLES
 
 
-def cmd_from_git(args: argparse.Namespace) -> int:
+def _print_report(lines: list[str], out: str, t0: float) -> None:
+    """A builder's summary (what it kept, why it dropped the rest) and where it wrote."""
     from agentrft.console import console
+
+    for line in [
+        *lines,
+        f"wrote {out}/train.jsonl and {out}/val.jsonl in {time.perf_counter() - t0:.1f}s",
+    ]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def cmd_from_git(args: argparse.Namespace) -> int:
     from agentrft.data.from_git import build_dataset
 
     t0 = time.perf_counter()
@@ -36,19 +46,11 @@ def cmd_from_git(args: argparse.Namespace) -> int:
         prefill_query=not args.no_prefill_query,
         keep_unfound=args.keep_unfound,
     )
-    for line in report.lines():
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    console.print(
-        f"wrote {args.out}/train.jsonl and {args.out}/val.jsonl in {time.perf_counter() - t0:.1f}s",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+    _print_report(report.lines(), args.out, t0)
     return 0 if report.kept else 1
 
 
 def cmd_repo_qa(args: argparse.Namespace) -> int:
-    from agentrft.console import console
     from agentrft.data.repo_qa import KINDS, build_dataset
 
     t0 = time.perf_counter()
@@ -65,14 +67,7 @@ def cmd_repo_qa(args: argparse.Namespace) -> int:
         user_questions=args.questions,
         prefill_first_call=not args.no_prefill,
     )
-    for line in report.lines():
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    console.print(
-        f"wrote {args.out}/train.jsonl and {args.out}/val.jsonl in {time.perf_counter() - t0:.1f}s",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+    _print_report(report.lines(), args.out, t0)
     return 0 if report.train and report.val else 1
 
 
