@@ -10,8 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from agentrft.errors import AgentRFTError, ConfigError
 from agentrft.serve.protocol import RequestError
-from agentrft.service.jobs import json_body
-from agentrft.service.state import caller
+from agentrft.service.state import caller, json_body, required
 
 router = APIRouter()
 # OpenAI's error flags that agentrft's graders never raise; the SDK's type lists them all
@@ -31,13 +30,7 @@ OPENAI_FLAGS = (
 
 
 def _grader_spec(body: dict[str, Any]) -> dict[str, Any]:
-    spec = body.get("grader")
-    if not isinstance(spec, dict):
-        raise RequestError(
-            "Missing required parameter: 'grader' (an object)",
-            "grader",
-            "missing_required_parameter",
-        )
+    spec: dict[str, Any] = required(body, "grader", dict, hint="an object")
     return spec
 
 
@@ -91,13 +84,7 @@ async def run(request: Request) -> dict[str, Any]:
     caller(request)
     body = await json_body(request)
     spec = _grader_spec(body)
-    sample = body.get("model_sample")
-    if not isinstance(sample, str):
-        raise RequestError(
-            "Missing required parameter: 'model_sample' (the model's output, a string)",
-            "model_sample",
-            "missing_required_parameter",
-        )
+    sample = required(body, "model_sample", str, hint="the model's output, a string")
     item = body.get("item") or {}
     if not isinstance(item, dict):
         raise RequestError(

@@ -25,23 +25,19 @@ from starlette.concurrency import run_in_threadpool
 
 from agentrft.errors import ConfigError, ModelNotFoundError
 from agentrft.serve.protocol import RequestError
-from agentrft.service.state import ServiceState, caller, list_page, page_limit, state_of
+from agentrft.service.state import (
+    ServiceState,
+    caller,
+    json_body,
+    list_page,
+    page_limit,
+    required,
+    state_of,
+)
 from agentrft.service.store import new_id
 
 router = APIRouter()
 ORGANIZATION = "org-agentrft"
-
-
-async def json_body(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(
-            f"the request body is not valid JSON: {exc}", None, "invalid_json"
-        ) from None
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object", None, "invalid_json")
-    return body
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -79,26 +75,16 @@ def _training_file(
 
 
 def _check_service_rules(body: dict[str, Any]) -> None:
-    method = body.get("method")
-    if not isinstance(method, dict):
-        raise RequestError(
-            "Missing required parameter: 'method' ({type: reinforcement, reinforcement: {grader, tools, ...}})",
-            "method",
-            "missing_required_parameter",
-        )
+    method = required(
+        body, "method", dict, hint="{type: reinforcement, reinforcement: {grader, tools, ...}}"
+    )
     if method.get("type") != "reinforcement":
         raise RequestError(
             f"method.type {method.get('type')!r} is not supported: agentrft trains with the reinforcement method",
             "method.type",
             "invalid_value",
         )
-    rl = method.get("reinforcement")
-    if not isinstance(rl, dict):
-        raise RequestError(
-            "Missing required parameter: 'method.reinforcement'",
-            "method.reinforcement",
-            "missing_required_parameter",
-        )
+    rl = required(method, "reinforcement", dict, "method.reinforcement")
     if "grader" not in rl:
         raise RequestError(
             "Missing required parameter: 'method.reinforcement.grader'",

@@ -1,10 +1,12 @@
 """What every route of the service shares: the store, the data directory, the executor and
-the API keys; plus the caller's identity and OpenAI-style list pages."""
+the API keys; plus the caller's identity, the request's JSON body, its required parameters
+and OpenAI-style list pages."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,34 @@ def caller(request: Request) -> str:
     if not any(hmac.compare_digest(key, k) for k in keys):
         raise RequestError("Incorrect API key provided.", None, "invalid_api_key", 401)
     return owner_of_key(key)
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(
+            f"the request body is not valid JSON: {exc}", None, "invalid_json"
+        ) from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", None, "invalid_json")
+    return body
+
+
+def required(
+    body: dict[str, Any], key: str, kind: type, param: str | None = None, hint: str = ""
+) -> Any:
+    """`body[key]` when it is a `kind`, else OpenAI's 400 for a missing parameter, naming it
+    `param` (its path in the request; default `key`) and saying what it should be (`hint`)."""
+    value = body.get(key)
+    if not isinstance(value, kind):
+        param = param or key
+        raise RequestError(
+            f"Missing required parameter: '{param}'" + (f" ({hint})" if hint else ""),
+            param,
+            "missing_required_parameter",
+        )
+    return value
 
 
 def page_limit(request: Request, default: int = 20) -> int:
