@@ -1,4 +1,5 @@
-"""Find the recipes (`recipes/NAME/`, one folder per use case) that `agentrft demo NAME` runs.
+"""The recipes (`recipes/NAME/`, one folder per use case) that `agentrft demo NAME` runs: how
+they are found, and the one runner they share.
 
 A recipe is a folder of the agentrft checkout holding a `demo.py` with the same small
 interface:
@@ -10,16 +11,33 @@ interface:
         `run` once per seed, and the gain over all of them with a 95% interval
 
 beside its environment, job and README. Recipes are found on disk, not registered: a new
-folder with a demo.py is a new recipe.
+folder with a demo.py is a new recipe. Most recipes describe themselves as a `Recipe` (its
+data, its measure, its headline numbers) and hand it to `run` and `run_seeds` below, which
+walk the user's path the same way for all: data -> baseline -> pre-flight -> train ->
+evaluation of the trained model -> compare + report.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+from agentrft.console import console, show_messages, summary_table
+from agentrft.data import load_dataset
 from agentrft.errors import ConfigError
+from agentrft.evaluate.commands import evaluate_model, preflight_job, print_compare, print_preflight
+from agentrft.evaluate.estimators import paired_difference
+from agentrft.evaluate.report import write_report
+from agentrft.job import Job, load_job
+from agentrft.rollout.records import read_jsonl
+from agentrft.train.loop import train
+from agentrft.train.observe import read_metrics
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DEFAULT = "file_selection"
@@ -49,3 +67,228 @@ def load(name: str = DEFAULT, root: Path = RECIPES) -> ModuleType:
             f"{script}: a recipe's demo.py defines run(out, steps=None, seed=None, job_path=None)"
         )
     return module
+
+
+# -- the runner every recipe's demo.py calls -------------------------------------------------
+@dataclass(frozen=True)
+class Recipe:
+    """What differs between recipes; `run` and `run_seeds` below do the rest, the same way
+    for all of them: data -> baseline -> pre-flight -> train -> trained eval -> compare."""
+
+    title: str  # "file selection": the report's title
+    folder: Path  # recipes/NAME: job.yaml and env.py
+    build_data: Callable[[Path], Any]  # writes DIR/train.jsonl, DIR/val.jsonl; returns a report
+    metric: str  # the headline key that is the recipe's measure, e.g. "mean file F1"
+    row_scores: Callable[[list[dict[str, Any]]], dict[Any, float]]  # that measure per row
+    headline: Callable[[dict[str, Any], list[dict[str, Any]], Job], dict[str, float]]
+    expected: Callable[[dict[str, Any]], str]  # a row's right answer, said of the shown rollout
+    too_few_rows: str = "too few rows for the demo"  # and what to do about it
+    rows: str = "rows"  # what the held-out set is made of, for the printed lines
+    select_val: Callable[[list[Any]], list[Any]] = list  # the held-out rows evaluated
+    eval_samples: int = 2  # rollouts per held-out row, before and after
+    preflight_rows: int = 6
+    preflight_k: int = 8
+    seed_columns: tuple[str, ...] = ()  # headline keys shown per seed beside the measure
+
+
+def demo_job(
+    folder: Path, data: Path, out: Path, steps: int | None, seed: int | None, job_path: Path | None
+) -> Job:
+    """The recipe's job (or a variant of it), reading the demo's data and writing under
+    `out`; paths in it still resolve against the job file's folder."""
+    job = load_job(job_path or folder / "job.yaml")
+    train_cfg = (
+        job.agentrft.train
+        if steps is None
+        else job.agentrft.train.model_copy(
+            update={"max_steps": steps, "checkpoint_interval": steps}
+        )
+    )
+    update: dict[str, Any] = {
+        "training_file": str(data / "train.jsonl"),
+        "validation_file": None,  # evaluated before and after, outside the loop
+        "agentrft": job.agentrft.model_copy(update={"train": train_cfg, "output_dir": str(out)}),
+    }
+    if seed is not None:
+        update["seed"] = seed
+    return job.model_copy(update=update)
+
+
+def calls_per_turn(records: list[dict[str, Any]]) -> float:
+    """Tool calls per turn that made any (parallel calls in one reply count together)."""
+    counts = [len(t.get("tool_calls") or []) for r in records for t in r.get("turns") or []]
+    with_calls = [c for c in counts if c]
+    return sum(with_calls) / len(with_calls) if with_calls else 0.0
+
+
+def per_row(
+    recipe: Recipe, before: list[dict[str, Any]], after: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The recipe's measure per held-out row, before and after, and the paired difference."""
+    a, b = recipe.row_scores(before), recipe.row_scores(after)
+    rows = sorted(set(a) & set(b))
+    diff = paired_difference([b[r] - a[r] for r in rows])
+    return {
+        "rows": {str(r): {"before": a[r], "after": b[r]} for r in rows},
+        "difference": {"mean": diff.mean, "low": diff.low, "high": diff.high, "n": diff.n},
+    }
+
+
+def show_best_rollout(recipe: Recipe, records: list[dict[str, Any]], label: str) -> None:
+    """The highest-rewarded rollout that called a tool: the row's request onwards (the system
+    prompt and the worked examples are left out)."""
+    with_calls = [r for r in records if r.get("num_tool_calls") and r.get("reward") is not None]
+    if not with_calls:
+        console.print(f"({label}: no rollout called a tool)")
+        return
+    best = max(with_calls, key=lambda r: r["reward"])
+    messages = best["messages"]
+    start = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    show_messages(
+        messages[start:],
+        f"{label}: best rollout with a tool call  reward={best['reward']:.3f}  expected: {recipe.expected(best)}",
+        max_chars=600,
+    )
+
+
+def run(
+    recipe: Recipe,
+    out: Path,
+    steps: int | None = None,
+    seed: int | None = None,
+    job_path: Path | None = None,
+) -> dict[str, Any]:
+    """The recipe end to end in `out`; returns the summary it also writes to out/summary.json."""
+    t0 = time.perf_counter()
+    out = out.resolve()  # the job resolves relative paths against its own folder, not the caller's
+    out.mkdir(parents=True, exist_ok=True)
+
+    console.rule(f"1/6 data: {recipe.title}")
+    report = recipe.build_data(out / "data")
+    for line in report.lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if report.train < recipe.preflight_rows or report.val < 2:
+        raise ConfigError(
+            f"{recipe.too_few_rows} ({report.train} train / {report.val} validation rows)"
+        )
+    job = demo_job(
+        recipe.folder, out / "data", out, steps, seed, job_path.resolve() if job_path else None
+    )
+    train_items = load_dataset(out / "data/train.jsonl")
+    val_items = recipe.select_val(load_dataset(out / "data/val.jsonl"))
+    n = recipe.eval_samples
+
+    console.rule(f"2/6 baseline: the base model on {len(val_items)} held-out {recipe.rows} x {n}")
+    before = evaluate_model(job, val_items, n, "base", out / "baseline", label="baseline")
+    console.print(summary_table(before, title="baseline"))
+
+    k, rows = recipe.preflight_k, recipe.preflight_rows
+    console.rule(f"3/6 pre-flight: {rows} training {recipe.rows} x {k}")
+    rep = preflight_job(job, train_items[:rows], k, out / "preflight")
+    print_preflight(rep)
+    if rep["verdict"] in ("broken", "no_reward"):  # fix the task before training on it
+        raise ConfigError(
+            f"pre-flight verdict {rep['verdict']!r}: training would learn nothing; see {out / 'preflight'} and the advice above"
+        )
+
+    console.rule("4/6 train")
+    run_dir = train(job, out / "run")
+
+    console.rule(f"5/6 the trained model on the same held-out {recipe.rows}")
+    after = evaluate_model(job, val_items, n, str(run_dir), out / "trained", label="trained")
+    console.print(summary_table(after, title="trained"))
+
+    console.rule("6/6 compare")
+    print_compare(before, after, "base", "trained")
+    base_records = read_jsonl(out / "baseline/rollouts.jsonl")
+    trained_records = read_jsonl(out / "trained/rollouts.jsonl")
+    a, b = recipe.headline(before, base_records, job), recipe.headline(after, trained_records, job)
+    paired = per_row(recipe, base_records, trained_records)
+    wall_s = time.perf_counter() - t0
+    summary: dict[str, Any] = {
+        "before": a,
+        "after": b,
+        "metric": recipe.metric,
+        "preflight": {k: rep[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
+        "job": str(job.source),
+        "steps": len(read_metrics(run_dir)),
+        "seed": job.seed,
+        "rows": {"train": len(train_items), "val": len(val_items)},
+        "per_row": paired,
+        "wall_s": wall_s,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    page = write_report(
+        out / "report.html",
+        metrics=read_metrics(run_dir),
+        before={"summary": before, "rollouts": base_records},
+        after={"summary": after, "rollouts": trained_records},
+        rollouts=trained_records,
+        title=f"agentrft demo: {recipe.title}",
+    )
+    show_best_rollout(recipe, trained_records, f"trained model, held-out {recipe.rows[:-1]}")
+    width = max(map(len, a)) + 2
+    console.print(f"\n{'held-out ' + recipe.rows:<{width}}{'base':>10}{'trained':>10}")
+    for key in a:
+        console.print(f"{key:<{width}}{a[key]:>10.3f}{b[key]:>10.3f}")
+    d = paired["difference"]
+    console.print(
+        f"\n{recipe.metric}, trained - base, per held-out {recipe.rows[:-1]}: {d['mean']:+.3f} (95% interval {d['low']:+.3f} .. {d['high']:+.3f}, {d['n']} {recipe.rows})"
+    )
+    console.print(f"\nreport: {page}\nall outputs: {out}   ({wall_s / 60:.1f} min)")
+    return summary
+
+
+def run_seeds(
+    recipe: Recipe,
+    out: Path,
+    seeds: list[int],
+    steps: int | None = None,
+    job_path: Path | None = None,
+) -> dict[str, Any]:
+    """`run` once per seed (out/seed-N), then each seed's before/after and the mean gain in
+    the recipe's measure with a 95% interval over all per-row differences. A seed whose
+    folder already holds a finished run is not run again, so seeds can run side by side
+    (`agentrft demo NAME --seed N --out DIR/seed-N`) and be summed up here."""
+    per_seed: dict[int, dict[str, Any]] = {}
+    for i, seed in enumerate(seeds):
+        done = out / f"seed-{seed}" / "summary.json"
+        if done.is_file() and "per_row" in (finished := json.loads(done.read_text())):
+            per_seed[seed] = finished
+            console.print(
+                f"seed {seed}: reusing the finished run in {done.parent} (delete it to run this seed again)"
+            )
+            continue
+        console.rule(f"[bold]seed {seed} ({i + 1} of {len(seeds)})")
+        per_seed[seed] = run(
+            recipe, out / f"seed-{seed}", steps=steps, seed=seed, job_path=job_path
+        )
+    diffs = [
+        r["after"] - r["before"] for s in per_seed.values() for r in s["per_row"]["rows"].values()
+    ]
+    pooled = paired_difference(diffs)
+    console.rule(f"all seeds: {recipe.metric} on the held-out {recipe.rows}")
+    extra = "".join(f"{c + ' base':>22}{'trained':>9}" for c in recipe.seed_columns)
+    console.print(f"{'seed':>6}{'base':>10}{'trained':>10}{'gain':>10}   95% interval{extra}")
+    for seed, s in per_seed.items():
+        d = s["per_row"]["difference"]
+        x, y = s["before"][recipe.metric], s["after"][recipe.metric]
+        cols = "".join(f"{s['before'][c]:>22.2f}{s['after'][c]:>9.2f}" for c in recipe.seed_columns)
+        console.print(
+            f"{seed:>6}{x:>10.3f}{y:>10.3f}{y - x:>+10.3f}   {d['low']:+.3f} .. {d['high']:+.3f}{cols}"
+        )
+    mean_a = sum(s["before"][recipe.metric] for s in per_seed.values()) / len(per_seed)
+    mean_b = sum(s["after"][recipe.metric] for s in per_seed.values()) / len(per_seed)
+    console.print(
+        f"{'mean':>6}{mean_a:>10.3f}{mean_b:>10.3f}{mean_b - mean_a:>+10.3f}   {pooled.low:+.3f} .. {pooled.high:+.3f}  ({pooled.n} {recipe.rows[:-1]} differences)"
+    )
+    result = {
+        "metric": recipe.metric,
+        "seeds": {str(k): v for k, v in per_seed.items()},
+        "before": mean_a,
+        "after": mean_b,
+        "gain": {"mean": pooled.mean, "low": pooled.low, "high": pooled.high, "n": pooled.n},
+    }
+    (out / "seeds.json").write_text(json.dumps(result, indent=2))
+    console.print(f"wrote {out / 'seeds.json'}")
+    return result

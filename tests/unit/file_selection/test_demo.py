@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from agentrft import recipes
 from agentrft.console import console
 
 RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
@@ -62,12 +64,12 @@ def test_the_best_rollout_with_a_tool_call_is_shown_from_its_request_on(demo):
         record(0.2, 2, "a loser"),
     ]
     with console.capture() as cap:
-        demo.show_best_rollout(records, "trained")
+        recipes.show_best_rollout(demo.RECIPE, records, "trained")
     out = cap.get()
     assert "the winner" in out and "reward=0.400" in out and "expected: src/a.py" in out
     assert "SYSTEM PROMPT" not in out and "worked example" not in out and "a loser" not in out
     with console.capture() as cap:
-        demo.show_best_rollout([record(0.9, 0, "x")], "trained")
+        recipes.show_best_rollout(demo.RECIPE, [record(0.9, 0, "x")], "trained")
     assert "no rollout called a tool" in cap.get()
 
 
@@ -80,10 +82,16 @@ def test_headline_names_the_reward_formula_and_every_sub_grader(demo):
         "sampled_tokens": {"mean": 30.0},
         "invalid_tool_calls": 3,
     }
-    row = demo.headline(res, "0.6 * files + 0.4 * found")
+    job = SimpleNamespace(
+        rl=SimpleNamespace(
+            grader={"type": "multi", "calculate_output": "0.6 * files + 0.4 * found"}
+        )
+    )
+    row = demo.headline(res, [], job)
     assert row["reward (0.6 * files + 0.4 * found)"] == 0.25
     assert row["mean file F1"] == 0.1 and row["sub-grader found"] == 0.5
     assert "sub-grader files.precision" not in row and row["invalid tool calls"] == 3.0
+    assert row["tool calls per turn"] == 0.0  # no rollouts given
 
 
 def test_the_demo_can_run_a_variant_of_the_job(demo, tmp_path):

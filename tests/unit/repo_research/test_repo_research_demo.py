@@ -17,9 +17,7 @@ def demo():  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("variant", ["job.yaml", "job_cliff.yaml"])
 def test_demo_job_reads_the_demo_data_and_starts_the_recipes_environment(demo, tmp_path, variant):
-    job = demo._file_selection.demo_job(
-        tmp_path / "data", tmp_path / "out", 3, 11, RECIPE / variant
-    )
+    job = recipes.demo_job(RECIPE, tmp_path / "data", tmp_path / "out", 3, 11, RECIPE / variant)
     assert (
         job.training_file == str(tmp_path / "data" / "train.jsonl") and job.validation_file is None
     )
@@ -60,7 +58,7 @@ def test_headline_and_per_question_difference(demo):
     before = [record(0, 0.0, 6), record(0, 1.0, 1), record(1, 0.5, 2), record(1, 0.5, 8)]
     after = [record(0, 1.0, 2), record(0, 1.0, 2), record(1, 0.5, 2), record(1, 1.0, 3)]
     res = {"reward": {"mean": 0.5}, "sampled_tokens": {"mean": 20.0}, "invalid_tool_calls": 0}
-    a, b = demo.headline(res, before), demo.headline(res, after)
+    a, b = demo.headline(res, before, None), demo.headline(res, after, None)
     assert a["fact recall"] == 0.5 and b["fact recall"] == pytest.approx(0.875)
     assert (
         a["tool calls max"] == 8
@@ -69,7 +67,7 @@ def test_headline_and_per_question_difference(demo):
         and b["share with > 4 calls"] == 0
     )
     assert a["tokens sent to tools"] == pytest.approx(6 * 17 / 4)
-    diff = demo.per_row_recall(before, after)["difference"]
+    diff = recipes.per_row(demo.RECIPE, before, after)["difference"]
     assert diff["n"] == 2 and diff["mean"] == pytest.approx((0.5 + 0.25) / 2)
 
 
