@@ -23,7 +23,7 @@ import html
 import io
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -219,26 +219,15 @@ def _overview(data: Any) -> dict[str, str]:
     if not records and not summary:
         return {}
     rewards = [float(r["reward"]) for r in kept if _number(r.get("reward"))]
-    calls = (
-        distribution([float(r.get("num_tool_calls", 0)) for r in kept])
-        if records
-        else summary.get("tool_calls", {})
-    )
-    tokens = (
-        distribution([float((r.get("tokens") or {}).get("sampled", 0)) for r in kept])
-        if records
-        else summary.get("sampled_tokens", {})
-    )
-    call_tokens = (
-        distribution([float(record_tool_call_tokens(r)) for r in kept])
-        if records
-        else summary.get("tool_call_tokens", {})
-    )
-    latency = (
-        distribution([float((r.get("timings") or {}).get("total_s", 0.0)) for r in kept])
-        if records
-        else summary.get("latency_s", {})
-    )
+
+    def spread(value: Callable[[Record], float], summary_key: str) -> Mapping[str, float]:
+        """`value` over the kept records, or the summary's figures where there are none."""
+        return distribution([value(r) for r in kept]) if records else summary.get(summary_key, {})
+
+    calls = spread(lambda r: float(r.get("num_tool_calls", 0)), "tool_calls")
+    tokens = spread(lambda r: float((r.get("tokens") or {}).get("sampled", 0)), "sampled_tokens")
+    call_tokens = spread(lambda r: float(record_tool_call_tokens(r)), "tool_call_tokens")
+    latency = spread(lambda r: float((r.get("timings") or {}).get("total_s", 0.0)), "latency_s")
     reward = summary.get("reward", {}).get("mean") if not rewards else sum(rewards) / len(rewards)
 
     def fmt(d: Mapping[str, float], key: str, spec: str = "{:.2f}") -> str:
