@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from agentrft.errors import GraderUnavailable
-from agentrft.graders.protocol import agrade_safely, checked_score, failed, http_client, run_sync
+from agentrft.graders.protocol import AsyncGrader, checked_score, failed, post_for_grading
 from agentrft.graders.spec import BuildContext, Strict
 from agentrft.redact import redact_url
 from agentrft.types import Grade
@@ -75,7 +75,7 @@ def _reply(data: bytes) -> dict[str, Any]:
     return obj
 
 
-class EndpointGrader:
+class EndpointGrader(AsyncGrader):
     """Picklable: the HTTP client comes from the event loop (see protocol.http_client)."""
 
     type = "endpoint"
@@ -103,25 +103,10 @@ class EndpointGrader:
         if slot > now:
             await asyncio.sleep(slot - now)
 
-    def grade(
-        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
-    ) -> Grade:
-        return run_sync(self.agrade(sample, item, trace_id))
-
-    async def agrade(
-        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
-    ) -> Grade:
-        return await agrade_safely(lambda: self._post(sample, item, trace_id))
-
-    async def _post(
+    async def _agrade(
         self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str
     ) -> Grade:
-        from agentrft.tools.http import (
-            MAX_PAYLOAD_BYTES,
-            PayloadTooLarge,
-            new_client,
-            post_with_retries,
-        )
+        from agentrft.tools.http import MAX_PAYLOAD_BYTES, PayloadTooLarge
 
         body = json.dumps(
             {"sample": sample, "item": item, "trace_id": trace_id}, ensure_ascii=False, default=str
@@ -132,19 +117,14 @@ class EndpointGrader:
                 f"the grading request is {len(body)} bytes, over the 1 MiB limit (413); not sent",
             )
         await self._wait_for_slot()
-        client = http_client.get()
-        own = client is None
-        client = client or new_client(4)
         try:
-            reply = await post_with_retries(
-                client,
+            reply = await post_for_grading(
                 self.spec.url,
                 body,
                 headers=self.spec.headers,
                 timeout=self.spec.timeout_s,
                 retries=self.spec.retries,
                 backoff_s=self.spec.backoff_s,
-                error_cls=GraderUnavailable,
                 validate=_reply,
             )
         except GraderUnavailable as exc:
@@ -154,9 +134,6 @@ class EndpointGrader:
                 "endpoint_grader_client_error",
                 f"{redact_url(self.spec.url)}: the reply is over 1 MiB (413)",
             )
-        finally:
-            if own:
-                await client.aclose()
         if reply.status >= 400:
             return failed(
                 "endpoint_grader_client_error",

@@ -37,8 +37,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
-from agentrft.errors import ConfigError, GraderUnavailable
-from agentrft.graders.protocol import http_client
+from agentrft.errors import ConfigError
+from agentrft.graders.protocol import post_for_grading
 from agentrft.graders.spec import Strict
 from agentrft.redact import redact_url
 
@@ -127,8 +127,6 @@ class EndpointJudge:
         params: JudgeParams,
         response_format: Mapping[str, Any] | None = None,
     ) -> JudgeReply:
-        from agentrft.tools.http import new_client, post_with_retries
-
         body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages]}
         for key, value in (
             ("temperature", params.temperature),
@@ -141,24 +139,15 @@ class EndpointJudge:
                 body[key] = value
         if response_format is not None and self.config.structured_output:
             body["response_format"] = dict(response_format)
-        client = http_client.get()
-        own = client is None
-        client = client or new_client(4)
-        try:
-            reply = await post_with_retries(
-                client,
-                self.url,
-                json.dumps(body).encode(),
-                headers=self._headers(),
-                timeout=self.config.timeout_s,
-                retries=self.config.retries,
-                backoff_s=self.config.backoff_s,
-                error_cls=GraderUnavailable,
-                validate=_chat_message,
-            )
-        finally:
-            if own:
-                await client.aclose()
+        reply = await post_for_grading(
+            self.url,
+            json.dumps(body).encode(),
+            headers=self._headers(),
+            timeout=self.config.timeout_s,
+            retries=self.config.retries,
+            backoff_s=self.config.backoff_s,
+            validate=_chat_message,
+        )
         if reply.status >= 400:
             hint = (
                 " (if it rejects response_format, set agentrft.judge.structured_output: false)"

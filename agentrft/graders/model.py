@@ -181,11 +181,30 @@ class _ModelGrader:
         self.name = spec.name
         self.judge = judge
 
-    def _instruction(self) -> str:
+    def _result(self) -> tuple[str, dict[str, Any]]:
+        """What the reply's `result` is: in words for the instruction, and as JSON schema."""
         raise NotImplementedError
 
+    def _instruction(self) -> str:
+        words, _ = self._result()
+        return (
+            'Reply with JSON only, in this form: {"steps": [{"description": "...", "conclusion": "..."}], '
+            f'"result": {words}}}'
+        )
+
     def _response_format(self) -> dict[str, Any]:
-        raise NotImplementedError
+        _, result = self._result()
+        schema = {
+            "type": "object",
+            "properties": {"steps": _STEPS, "result": result},
+            "required": ["steps", "result"],
+            "additionalProperties": False,
+        }
+        name = self.type.removesuffix("_model")  # "score" or "label"
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": name, "strict": True, "schema": schema},
+        }
 
     def _verdict(self, text: str) -> Grade:
         raise NotImplementedError
@@ -259,24 +278,9 @@ class _ModelGrader:
 class ScoreModelGrader(_ModelGrader):
     type = "score_model"
 
-    def _instruction(self) -> str:
+    def _result(self) -> tuple[str, dict[str, Any]]:
         lo, hi = self.spec.range
-        return (
-            'Reply with JSON only, in this form: {"steps": [{"description": "...", "conclusion": "..."}], '
-            f'"result": <a number from {lo:g} to {hi:g}>}}'
-        )
-
-    def _response_format(self) -> dict[str, Any]:
-        schema = {
-            "type": "object",
-            "properties": {"steps": _STEPS, "result": {"type": "number"}},
-            "required": ["steps", "result"],
-            "additionalProperties": False,
-        }
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": "score", "strict": True, "schema": schema},
-        }
+        return f"<a number from {lo:g} to {hi:g}>", {"type": "number"}
 
     def _verdict(self, text: str) -> Grade:
         raw = parse_score(text)
@@ -295,26 +299,9 @@ class ScoreModelGrader(_ModelGrader):
 class LabelModelGrader(_ModelGrader):
     type = "label_model"
 
-    def _instruction(self) -> str:
-        return (
-            'Reply with JSON only, in this form: {"steps": [{"description": "...", "conclusion": "..."}], '
-            f'"result": "<one of: {", ".join(self.spec.labels)}>"}}'
-        )
-
-    def _response_format(self) -> dict[str, Any]:
-        schema = {
-            "type": "object",
-            "properties": {
-                "steps": _STEPS,
-                "result": {"type": "string", "enum": list(self.spec.labels)},
-            },
-            "required": ["steps", "result"],
-            "additionalProperties": False,
-        }
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": "label", "strict": True, "schema": schema},
-        }
+    def _result(self) -> tuple[str, dict[str, Any]]:
+        labels = list(self.spec.labels)
+        return f'"<one of: {", ".join(labels)}>"', {"type": "string", "enum": labels}
 
     def _verdict(self, text: str) -> Grade:
         label = parse_label(text, list(self.spec.labels))

@@ -14,11 +14,14 @@ import contextvars
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from agentrft.errors import AgentRFTError
+from agentrft.errors import AgentRFTError, GraderUnavailable
 from agentrft.graders.template import MissingItemField
 from agentrft.types import Grade
+
+if TYPE_CHECKING:
+    from agentrft.tools.http import Reply
 
 # Error flags: OpenAI's grader-run names where one exists, plus agentrft's own.
 ERROR_FLAGS = {
@@ -82,6 +85,27 @@ class LocalGrader(Generic[SpecT]):
         return self.grade(sample, item, trace_id)
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
+        raise NotImplementedError
+
+
+class AsyncGrader:
+    """A grader whose work is a coroutine, `_agrade(sample, item, trace_id)` (an HTTP call, a
+    sandboxed process), which may raise: an unexpected exception becomes `other_error`
+    (agrade_safely). `grade` runs it to completion for synchronous callers (run_sync)."""
+
+    def grade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
+        return run_sync(self.agrade(sample, item, trace_id))
+
+    async def agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    ) -> Grade:
+        return await agrade_safely(lambda: self._agrade(sample, item, trace_id))
+
+    async def _agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str
+    ) -> Grade:
         raise NotImplementedError
 
 
@@ -156,3 +180,38 @@ def run_sync(coro: Awaitable[Grade]) -> Grade:
 http_client: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "agentrft_grader_http_client", default=None
 )
+
+
+async def post_for_grading(
+    url: str,
+    body: bytes,
+    *,
+    headers: Mapping[str, str],
+    timeout: float,
+    retries: int,
+    backoff_s: float,
+    validate: Callable[[bytes], Any],
+) -> Reply:
+    """POST with the shared retry rule (`agentrft.tools.http.post_with_retries`) on the
+    pooled `http_client`, or on a short-lived client where none is set. A server that keeps
+    failing raises GraderUnavailable; a reply over 1 MiB, PayloadTooLarge."""
+    from agentrft.tools.http import new_client, post_with_retries
+
+    client = http_client.get()
+    own = client is None
+    client = client or new_client(4)
+    try:
+        return await post_with_retries(
+            client,
+            url,
+            body,
+            headers=headers,
+            timeout=timeout,
+            retries=retries,
+            backoff_s=backoff_s,
+            error_cls=GraderUnavailable,
+            validate=validate,
+        )
+    finally:
+        if own:
+            await client.aclose()

@@ -35,7 +35,7 @@ from pydantic import Field
 
 from agentrft import sandbox
 from agentrft.errors import ConfigError
-from agentrft.graders.protocol import agrade_safely, checked_score, failed, run_sync
+from agentrft.graders.protocol import AsyncGrader, checked_score, failed
 from agentrft.graders.spec import BuildContext, Strict
 from agentrft.sandbox import Limits, run_sandboxed
 from agentrft.types import Grade
@@ -120,7 +120,7 @@ def check_source(source: str, where: str) -> None:
         )
 
 
-class PythonGrader:
+class PythonGrader(AsyncGrader):
     type = "python"
 
     def __init__(self, spec: PythonSpec, limits: Limits) -> None:
@@ -128,17 +128,9 @@ class PythonGrader:
         self.name = spec.name
         self.limits = limits
 
-    def grade(
-        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
+    async def _agrade(
+        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str
     ) -> Grade:
-        return run_sync(self.agrade(sample, item, trace_id))
-
-    async def agrade(
-        self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str = ""
-    ) -> Grade:
-        return await agrade_safely(lambda: self._run(sample, item))
-
-    async def _run(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
         workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="agentrft-grader-"))
         try:
             (workdir / "grader.py").write_text(self.spec.source)

@@ -16,7 +16,7 @@ from pydantic import field_validator
 
 from agentrft.graders.protocol import LocalGrader
 from agentrft.graders.spec import BuildContext, Strict
-from agentrft.graders.template import check_template, render
+from agentrft.graders.template import check_template, render_input_and_reference
 from agentrft.types import Grade
 
 
@@ -49,11 +49,8 @@ class StringCheckGrader(LocalGrader[StringCheckSpec]):
     type = "string_check"
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
-        ns = {"sample": sample, "item": item}
-        text, ref = (
-            render(self.spec.input, ns),
-            render(self.spec.reference, ns),
-        )  # MissingItemField: grade_safely
+        # a missing item field raises MissingItemField, which grade_safely flags
+        text, ref = render_input_and_reference(self.spec, sample, item)
         return Grade(1.0 if compare(self.spec.operation, text, ref) else 0.0)
 
 

@@ -122,3 +122,12 @@ def render_value(text: Any, namespaces: Mapping[str, Any]) -> Any:
     if m is not None:
         return resolve(m.group(1), namespaces)
     return render(text, namespaces)
+
+
+def render_input_and_reference(
+    spec: Any, sample: Mapping[str, Any], item: Mapping[str, Any]
+) -> tuple[str, str]:
+    """The two texts a comparing grader (string_check, text_similarity) compares: its
+    `input` and `reference` templates rendered. A missing item field raises MissingItemField."""
+    namespaces = {"sample": sample, "item": item}
+    return render(spec.input, namespaces), render(spec.reference, namespaces)

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from agentrft.errors import ModelNotFoundError
 from agentrft.graders.protocol import LocalGrader
 from agentrft.graders.spec import BuildContext, Strict
-from agentrft.graders.template import check_template, render
+from agentrft.graders.template import check_template, render_input_and_reference
 from agentrft.types import Grade
 
 Metric = Literal[
@@ -193,11 +193,8 @@ class TextSimilarityGrader(LocalGrader[TextSimilaritySpec]):
         return self.grade(sample, item, trace_id)
 
     def _grade(self, sample: Mapping[str, Any], item: Mapping[str, Any]) -> Grade:
-        ns = {"sample": sample, "item": item}
-        text, ref = (
-            render(self.spec.input, ns),
-            render(self.spec.reference, ns),
-        )  # MissingItemField: grade_safely
+        # a missing item field raises MissingItemField, which grade_safely flags
+        text, ref = render_input_and_reference(self.spec, sample, item)
         score = similarity(self.spec.evaluation_metric, text, ref)
         metrics: dict[str, Any] = {"evaluation_metric": self.spec.evaluation_metric}
         if self.spec.pass_threshold is not None:
