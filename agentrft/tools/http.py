@@ -127,6 +127,22 @@ async def post_with_retries(
     raise error_cls(redact_urls(f"{url}: {reason} (after {retries + 1} attempts)"))
 
 
+def output_refused(
+    call: ToolCall, latency_s: float, attempts: int, request_bytes: int = 0
+) -> ToolResult:
+    """What the model sees when a tool's output is over MAX_PAYLOAD_BYTES (an HTTP tool's
+    reply or an in-process tool's return value alike)."""
+    return ToolResult(
+        call.call_id,
+        call.name,
+        f"Error: the output of {call.name!r} is over 1 MiB and was refused (413).",
+        "refused",
+        latency_s,
+        attempts,
+        request_bytes,
+    )
+
+
 def _function_call_output(data: bytes) -> str:
     try:
         obj = json.loads(data)
@@ -182,15 +198,7 @@ class HttpTool:
                 validate=_function_call_output,
             )
         except PayloadTooLarge:
-            return ToolResult(
-                call.call_id,
-                call.name,
-                f"Error: the output of {call.name!r} is over 1 MiB and was refused (413).",
-                "refused",
-                time.perf_counter() - t0,
-                1,
-                len(body),
-            )
+            return output_refused(call, time.perf_counter() - t0, 1, len(body))
         except ToolUnavailable as exc:
             raise ToolUnavailable(f"tool {call.name!r}: {exc}") from None
         if reply.status >= 400:  # 4xx: the model sees what the server said

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentrft.errors import ConfigError, ToolUnavailable
-from agentrft.tools.http import MAX_PAYLOAD_BYTES
+from agentrft.tools.http import MAX_PAYLOAD_BYTES, output_refused
 from agentrft.types import ToolCall, ToolResult
 
 
@@ -117,14 +117,7 @@ class PythonTool:
                 continue
             text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
             if len(text.encode()) > MAX_PAYLOAD_BYTES:
-                return ToolResult(
-                    call.call_id,
-                    call.name,
-                    f"Error: the output of {call.name!r} is over 1 MiB and was refused (413).",
-                    "refused",
-                    time.perf_counter() - t0,
-                    attempt + 1,
-                )
+                return output_refused(call, time.perf_counter() - t0, attempt + 1)
             return ToolResult(
                 call.call_id, call.name, text, "ok", time.perf_counter() - t0, attempt + 1
             )
