@@ -5,6 +5,7 @@ agentrft data from-git REPO --out DIR [--max-files 8] [--val-fraction 0.2]
                                       [--worked-examples 2]
 agentrft data repo-qa REPO --out DIR [--rev REV] [--val-fraction 0.25] [--include GLOB ...]
                                      [--questions OWN.jsonl] [--kind KIND ...]
+agentrft data kernels --out DIR [--tasks TASKS.yaml] [--seed N]
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ def cmd_repo_qa(args: argparse.Namespace) -> int:
     )
     _print_report(report.lines(), args.out, t0)
     return 0 if report.train and report.val else 1
+
+
+def cmd_kernels(args: argparse.Namespace) -> int:
+    from agentrft.data.kernels import DEFAULT_TASKS, build_dataset
+
+    t0 = time.perf_counter()
+    report = build_dataset(args.tasks or DEFAULT_TASKS, args.out, seed=args.seed)
+    _print_report(report.lines(), args.out, t0)
+    return 0 if report.train else 1
 
 
 def add_commands(subparsers: Any) -> None:
@@ -209,3 +219,22 @@ def add_commands(subparsers: Any) -> None:
         help="leave the first tool call to the model (default: each reply starts with its question's first grep, left open)",
     )
     q.set_defaults(func=cmd_repo_qa)
+
+    k = sub.add_parser(
+        "kernels",
+        help="kernel-writing rows (a faster kernel for a reference PyTorch function) from a task list",
+        description="One row per task of a YAML task list (default: the kernels recipe's tasks.yaml). Every task is "
+        "validated first: its inputs build and its reference runs on each case; one that cannot run is refused "
+        "naming the file and line. Each task's `split` sends it to train.jsonl or val.jsonl.",
+    )
+    k.add_argument("--out", required=True, help="output directory for train.jsonl and val.jsonl")
+    k.add_argument(
+        "--tasks",
+        default=None,
+        metavar="YAML",
+        help="task list (default: recipes/kernels/tasks.yaml)",
+    )
+    k.add_argument(
+        "--seed", type=int, default=1234, help="seed of every row's random inputs (default 1234)"
+    )
+    k.set_defaults(func=cmd_kernels)
