@@ -135,21 +135,15 @@ class Sampling(Strict):
         return self
 
 
+# Every linear layer of a Llama-style block: attention and MLP
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
 class Lora(Strict):
     rank: int = Field(default=16, ge=1)
     alpha: int = 32
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(
-        default_factory=lambda: [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
-    )
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGET_MODULES))
 
 
 class Train(Strict):

@@ -20,6 +20,8 @@ from typing import Any
 
 from vs_trl_tasks import Task, final_text, fuzzy
 
+from agentrft.job import LORA_TARGET_MODULES
+
 
 @dataclass(frozen=True)
 class Config:
@@ -36,15 +38,7 @@ class Config:
     seed: int = 0
     lora_r: int = 16
     lora_alpha: int = 32
-    targets: tuple[str, ...] = (
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    )
+    targets: tuple[str, ...] = LORA_TARGET_MODULES  # agentrft's default on both sides
 
     @property
     def total_steps(self) -> int:
