@@ -31,23 +31,24 @@ $(BENCH_STAMP): $(STAMP) constraints.txt
 bench: $(BENCH_STAMP)
 	$(PY) bench/train_vs_trl.py $(BENCH_ARGS)
 
+# $(call apt_install,COMMAND,PACKAGE,WHAT IT IS FOR,WHAT HAPPENS WITHOUT IT): install the
+# Debian package unless COMMAND is already on PATH (with sudo unless root); never fails.
+define apt_install
+@command -v $(1) >/dev/null 2>&1 || { \
+  echo "installing $(2) ($(3))"; \
+  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+  $$SUDO apt-get install -y -q $(2) >/dev/null 2>&1 || \
+  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q $(2) >/dev/null; } || \
+  echo "could not install $(2): $(4)"; }
+endef
+
 # Python graders and model-triggered commands run inside bubblewrap (agentrft/sandbox.py).
 sandbox:
-	@command -v bwrap >/dev/null 2>&1 || { \
-	  echo "installing bubblewrap (sandbox for python graders)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
-	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q bubblewrap >/dev/null; } || \
-	  echo "could not install bubblewrap: python graders will refuse to run"; }
+	$(call apt_install,bwrap,bubblewrap,sandbox for python graders,python graders will refuse to run)
 
 # The report test renders HTML in headless Chromium (Debian's package `chromium`).
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing chromium (renders the HTML report in tests)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || \
-	  { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium >/dev/null; } || \
-	  echo "could not install chromium: the browser test of the report will be skipped"; }
+	$(call apt_install,chromium,chromium,renders the HTML report in tests,the browser test of the report will be skipped)
 
 demo: $(STAMP) sandbox
 	$(VENV)/bin/agentrft demo
