@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from agentrft.data.commands import add_commands as add_data_commands
@@ -243,6 +247,20 @@ def _quiet_libraries(verbose: bool) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@contextlib.contextmanager
+def _exit_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a `kill`, a container stop) ends the command like Ctrl-C does: `finally`
+    blocks run, so the servers it started (an environment, a model server) stop with it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries(args.verbose)
@@ -254,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         0o077
     )  # what a command writes (jobs, rollouts, checkpoints) is its owner's only
     try:
-        return int(args.func(args) or 0)
+        with _exit_on_sigterm():
+            return int(args.func(args) or 0)
     except AgentRFTError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

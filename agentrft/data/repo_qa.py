@@ -22,7 +22,7 @@ Worked examples (`worked_examples`, default 2) are made from training rows, neve
 hand: the row's first tool call (`first_call`: a grep for the definition, the docstring or the
 import) run on the revision, its real output, and an answer that states the row's facts.
 Only rows whose first call's output shows every fact become examples; they leave the
-training rows. Each row's `prefill` starts the reply with its own first call, left open.
+training rows. Each row's `prefill` starts the reply with its own first call, all but the closing braces.
 
 A user's own questions (`load_qa_rows`): any JSONL of rows with `messages` and `facts`, in
 agentrft's dataset format; a bad row is refused naming its file and line.
@@ -152,7 +152,7 @@ def _grep_call(pattern: str, files_only: bool = False) -> dict[str, Any]:
     args: dict[str, Any] = {"glob": "*.py"}
     if files_only:
         args["files_only"] = True
-    args["pattern"] = pattern  # last: the prefill leaves the pattern open
+    args["pattern"] = pattern  # last: the call's text reads glob, then pattern
     return {"name": "grep", "arguments": args}
 
 
@@ -430,10 +430,12 @@ def call_text(call: dict[str, Any]) -> str:
 
 
 def call_prefill(call: dict[str, Any]) -> str:
-    """The call's text up to the end of its last argument's value, left open: the model may
-    go on writing the pattern, then closes the call."""
+    """The call's text up to its closing braces: every argument is written, and the model
+    closes the call (`}}`) or adds an argument first. (Leaving the pattern itself open was
+    measured worse: the 135M model went on writing it, into noise, a broken regular
+    expression or the turn's token limit.)"""
     text = call_text(call)
-    return text[: text.rindex('"}}')]
+    return text[: text.rindex("}}")]
 
 
 def pick_worked_examples(

@@ -4,6 +4,7 @@
      "reference": "{{item.facts}}"}                       # list, or one fact per line
     ... "judge": {<score_model or label_model grader>}, "fact_threshold": 0.5
     ... "max_answer_words": 30                                 # agentrft: longer answers score 0
+    ... "path_precision": true                                 # agentrft: extra paths cost
 
 By default a fact counts when its normalised text (case-folded, punctuation to spaces,
 whitespace collapsed) appears in the normalised answer on word boundaries. With `judge`,
@@ -14,6 +15,12 @@ A judge error on any fact flags the whole grade with it.
 `max_answer_words` closes the cheapest hack of recall: an answer that pastes whole files or
 every path it saw states every fact. Past that many words (of the normalised answer) the
 score is 0 and the metrics say `too_long`; no judge is asked.
+
+`path_precision` closes the next one, for rows whose facts include file paths: a short list
+of candidate paths ("a.py, b.py or c.py") fits under any word cap and states the right one.
+With it, the recall is multiplied by the share of the paths the answer states (words with a
+`/` and a file extension) that are the row's facts; the metrics list the `extra_paths`.
+Rows without a path among their facts are not affected.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from agentrft.graders.template import (
 from agentrft.types import Grade
 
 _NON_WORD = re.compile(r"[^\w]+")
+_PATH = re.compile(r"[\w.-]+(?:/[\w.-]+)+\.\w+")  # dir/file.ext: what path_precision counts
 
 
 class FactRecallSpec(Strict):
@@ -49,6 +57,7 @@ class FactRecallSpec(Strict):
     judge: dict[str, Any] | None = None
     fact_threshold: float = 0.5
     max_answer_words: int | None = Field(default=None, ge=1)
+    path_precision: bool = False
 
 
 def normalize(text: str) -> str:
@@ -112,7 +121,7 @@ class FactRecallGrader:
             except MissingItemField as exc:
                 return failed("invalid_variable_error", str(exc))
             return self._too_long(answer) or self._result(
-                facts, [fact_found(f, answer) for f in facts]
+                facts, [fact_found(f, answer) for f in facts], answer
             )
 
         return grade_safely(run)
@@ -141,20 +150,25 @@ class FactRecallGrader:
                         {"error_details": f"judging a fact: {g.metrics.get('error_details', '')}"},
                         g.error,
                     )
-            return self._result(facts, [g.score >= self.spec.fact_threshold for g in grades])
+            return self._result(
+                facts, [g.score >= self.spec.fact_threshold for g in grades], answer
+            )
 
         return await agrade_safely(run)
 
-    def _result(self, facts: list[str], found: list[bool]) -> Grade:
+    def _result(self, facts: list[str], found: list[bool], answer: str) -> Grade:
         score = sum(found) / len(facts) if facts else 1.0
-        return Grade(
-            score,
-            {},
-            {
-                "found": [f for f, ok in zip(facts, found, strict=True) if ok],
-                "missing": [f for f, ok in zip(facts, found, strict=True) if not ok],
-            },
-        )
+        metrics: dict[str, Any] = {
+            "found": [f for f, ok in zip(facts, found, strict=True) if ok],
+            "missing": [f for f, ok in zip(facts, found, strict=True) if not ok],
+        }
+        fact_paths = {normalize(f) for f in facts if _PATH.fullmatch(f.strip())}
+        if self.spec.path_precision and fact_paths:
+            stated = {normalize(p): p for p in _PATH.findall(answer)}
+            if stated:
+                score *= len(stated.keys() & fact_paths) / len(stated)
+            metrics["extra_paths"] = sorted(p for n, p in stated.items() if n not in fact_paths)
+        return Grade(score, {}, metrics)
 
 
 def build(spec: FactRecallSpec, path: str, ctx: BuildContext) -> FactRecallGrader:

@@ -14,6 +14,7 @@ from agentrft.cli import main
 from agentrft.data.repo_qa import (
     BuildReport,
     build_dataset,
+    call_text,
     is_held_out,
     load_qa_rows,
     questions_from_code,
@@ -98,9 +99,9 @@ def test_build_writes_rows_whose_facts_are_in_the_code_and_split_by_file(py_repo
         is_held_out(p, 0.5) for p in train_files
     )
     for row in train + val:
-        assert row["prefill"].startswith('<tool_call>{"name": "grep"') and not row[
-            "prefill"
-        ].endswith('"}}')
+        # every argument written, the closing braces left to the model
+        assert row["prefill"].startswith('<tool_call>{"name": "grep"')
+        assert row["prefill"] + "}}</tool_call>" == call_text(row["first_call"])
         assert "answer" not in row  # only worked examples state answers
 
 

@@ -165,10 +165,16 @@ def test_pasting_tool_output_does_not_pay(variant):
         assert grade(variant, pasted, ["pkg/config.py"]) == 0.0, pasted
 
 
-def test_known_gap_a_short_list_of_candidate_paths_still_pays():
-    """Not closed yet (README): three candidates fit under the word cap. A precision term
-    would close it; this test says so until one does."""
-    assert grade("job.yaml", "pkg/net.py, pkg/config.py or pkg/store.py", ["pkg/config.py"]) == 1.0
+@pytest.mark.parametrize("variant", ["job.yaml", "job_cliff.yaml"])
+def test_a_short_list_of_candidate_paths_pays_only_its_share(variant):
+    """Three candidates fit under the word cap; path_precision pays the right one a third."""
+    assert grade(variant, "pkg/net.py, pkg/config.py or pkg/store.py", ["pkg/config.py"]) == (
+        pytest.approx(1 / 3)
+    )
+    assert grade(variant, "It is defined in pkg/config.py.", ["pkg/config.py"]) == 1.0
+    both = ["pkg/a.py", "pkg/b.py"]  # an imports question: stating exactly its files pays in full
+    assert grade(variant, "Imported by: pkg/a.py, pkg/b.py.", both) == 1.0
+    assert grade(variant, "pkg/a.py, pkg/b.py, pkg/c.py, pkg/d.py", both) == 0.5
 
 
 def test_the_soft_budget_costs_per_call_past_the_free_ones():
