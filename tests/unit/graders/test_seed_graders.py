@@ -97,6 +97,24 @@ class TestFactRecall:
         assert g.grade(sample_from_text("alpha beta"), {"facts": "alpha\n\ngamma\n"}).score == 0.5
         assert g.grade(sample_from_text("anything"), {"facts": []}).score == 1.0
 
+    def test_path_precision_divides_the_credit_among_the_paths_stated(self) -> None:
+        g = build_grader({**self.SPEC, "path_precision": True})
+        item = {"facts": ["src/app/config.py"]}
+        hedge = g.grade(sample_from_text("src/app/net.py or src/app/config.py."), item)
+        assert hedge.score == 0.5 and hedge.metrics["extra_paths"] == ["src/app/net.py"]
+        assert g.grade(sample_from_text("In src/app/config.py."), item).score == 1.0
+        # without the option, or on a row whose facts name no path, paths cost nothing
+        assert (
+            build_grader(self.SPEC)
+            .grade(sample_from_text("src/app/net.py or src/app/config.py"), item)
+            .score
+            == 1.0
+        )
+        other = g.grade(
+            sample_from_text("It returns Table (see src/app/view.py)."), {"facts": ["Table"]}
+        )
+        assert other.score == 1.0 and "extra_paths" not in other.metrics
+
 
 class TestToolBudget:
     SPEC = {
