@@ -425,7 +425,8 @@ def register_repo_tools(
 ) -> dict[str, Callable[..., str]]:
     """Serve `names` (of search, list_files, grep, read_file) on `env` over the repository at
     the commit in item field `field` (and item field `repo`), with a workspace per trace
-    removed on cleanup. Returns the registered tool functions by name."""
+    removed on cleanup. Returns the registered tool functions by name. The tools read this
+    module's limits at each call, so a test can lower one for a while."""
 
     def search(ctx: TraceContext, query: str) -> str:
         return search_in(
@@ -433,7 +434,7 @@ def register_repo_tools(
         )
 
     def list_files(ctx: TraceContext, path: str = ".", pattern: str | None = None) -> str:
-        return list_files_in(trace_workspace(ctx, field), path, pattern)
+        return list_files_in(trace_workspace(ctx, field), path, pattern, max_files=LIST_MAX_FILES)
 
     def grep(
         ctx: TraceContext,
@@ -443,12 +444,31 @@ def register_repo_tools(
         ignore_case: bool = False,
         files_only: bool = False,
     ) -> str:
-        return grep_in(trace_workspace(ctx, field), pattern, path, glob, ignore_case, files_only)
+        return grep_in(
+            trace_workspace(ctx, field),
+            pattern,
+            path,
+            glob,
+            ignore_case,
+            files_only,
+            max_matches=GREP_MAX_MATCHES,
+            time_limit_s=GREP_TIME_LIMIT_S,
+            line_max_chars=LINE_MAX_CHARS,
+            max_bytes=MAX_FILE_BYTES,
+        )
 
     def read_file(
         ctx: TraceContext, path: str, start_line: int = 1, end_line: int | None = None
     ) -> str:
-        return read_file_in(trace_workspace(ctx, field), path, start_line, end_line)
+        return read_file_in(
+            trace_workspace(ctx, field),
+            path,
+            start_line,
+            end_line,
+            max_lines=READ_MAX_LINES,
+            max_chars=READ_MAX_CHARS,
+            max_bytes=MAX_FILE_BYTES,
+        )
 
     tools: dict[str, tuple[Callable[..., str], str, dict[str, Any]]] = {
         "search": (search, SEARCH_DESCRIPTION, SEARCH_PARAMETERS),

@@ -13,6 +13,7 @@ from types import ModuleType
 import httpx
 import pytest
 
+from agentrft.tools import repo_workspace
 from agentrft.tools.envkit import serve_in_thread
 
 
@@ -177,7 +178,7 @@ def test_grep(server, repo_item, env_module, monkeypatch):
     bad = call(server, "t", repo_item, "grep", pattern="def", glob="\\")
     assert bad.status_code == 400 and "bad glob" in bad.text
     assert call(server, "t", repo_item, "list_files", pattern=5).status_code == 400
-    monkeypatch.setattr(env_module, "GREP_MAX_MATCHES", 3)
+    monkeypatch.setattr(repo_workspace, "GREP_MAX_MATCHES", 3)
     capped = output(call(server, "t", repo_item, "grep", pattern="^line"))
     assert capped.splitlines()[:3] == ["a.txt:2: line 2", "a.txt:3: line 3", "a.txt:4: line 4"]
     assert "more than 3 matches" in capped.splitlines()[3]
@@ -189,7 +190,7 @@ def test_grep_files_only_lists_each_matching_file_once(server, repo_item, env_mo
         == "inside_link\nsrc/main.py\nsrc/util/strings.py"
     )
     assert output(call(server, "t", repo_item, "grep", pattern="^line", files_only=True)) == "a.txt"
-    monkeypatch.setattr(env_module, "GREP_MAX_MATCHES", 2)
+    monkeypatch.setattr(repo_workspace, "GREP_MAX_MATCHES", 2)
     capped = output(call(server, "t", repo_item, "grep", pattern=r"def|return", files_only=True))
     assert capped.splitlines() == [
         "inside_link",
@@ -224,7 +225,7 @@ def test_grep_patterns_that_only_match_within_a_line(server, repo_item):
 
 
 def test_grep_stops_a_runaway_pattern(server, repo_item, env_module, monkeypatch, workspaces):
-    monkeypatch.setattr(env_module, "GREP_TIME_LIMIT_S", 0.3)
+    monkeypatch.setattr(repo_workspace, "GREP_TIME_LIMIT_S", 0.3)
     output(call(server, "t", repo_item, "list_files"))  # creates the workspace
     (workspace_of(workspaces, "t") / "long.txt").write_text("a" * 60 + "b\n")
     out = output(call(server, "t", repo_item, "grep", pattern=r"(a|aa)+$", path="long.txt"))
@@ -240,7 +241,7 @@ def test_list_files_glob_and_cap(server, repo_item, env_module, monkeypatch):
         output(call(server, "t", repo_item, "list_files", path="src/util")) == "src/util/strings.py"
     )
     assert call(server, "t", repo_item, "list_files", path="nope").status_code == 400
-    monkeypatch.setattr(env_module, "LIST_MAX_FILES", 2)
+    monkeypatch.setattr(repo_workspace, "LIST_MAX_FILES", 2)
     assert (
         output(call(server, "t", repo_item, "list_files"))
         .splitlines()[-1]
@@ -254,7 +255,7 @@ def test_read_file_ranges_and_errors(server, repo_item, env_module):
         == "299: line 299\n300: line 300"
     )
     first_page = output(call(server, "t", repo_item, "read_file", path="a.txt")).splitlines()
-    limit = env_module.READ_MAX_LINES
+    limit = repo_workspace.READ_MAX_LINES
     assert (
         len(first_page) == limit + 1
         and first_page[-1] == f"... (300 lines in all; continue with start_line={limit + 1})"
