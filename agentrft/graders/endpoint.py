@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from agentrft.errors import GraderUnavailable
-from agentrft.graders.protocol import AsyncGrader, checked_score, failed, post_for_grading
+from agentrft.graders.protocol import AsyncGrader, checked_score, failed, pooled_client
 from agentrft.graders.spec import BuildContext, Strict
 from agentrft.redact import redact_url
 from agentrft.types import Grade
@@ -106,7 +106,7 @@ class EndpointGrader(AsyncGrader):
     async def _agrade(
         self, sample: Mapping[str, Any], item: Mapping[str, Any], trace_id: str
     ) -> Grade:
-        from agentrft.tools.http import MAX_PAYLOAD_BYTES, PayloadTooLarge
+        from agentrft.tools.http import MAX_PAYLOAD_BYTES, PayloadTooLarge, post_with_retries
 
         body = json.dumps(
             {"sample": sample, "item": item, "trace_id": trace_id}, ensure_ascii=False, default=str
@@ -118,15 +118,18 @@ class EndpointGrader(AsyncGrader):
             )
         await self._wait_for_slot()
         try:
-            reply = await post_for_grading(
-                self.spec.url,
-                body,
-                headers=self.spec.headers,
-                timeout=self.spec.timeout_s,
-                retries=self.spec.retries,
-                backoff_s=self.spec.backoff_s,
-                validate=_reply,
-            )
+            async with pooled_client() as client:
+                reply = await post_with_retries(
+                    client,
+                    self.spec.url,
+                    body,
+                    headers=self.spec.headers,
+                    timeout=self.spec.timeout_s,
+                    retries=self.spec.retries,
+                    backoff_s=self.spec.backoff_s,
+                    error_cls=GraderUnavailable,
+                    validate=_reply,
+                )
         except GraderUnavailable as exc:
             return failed("unresponsive_reward_error", str(exc))
         except PayloadTooLarge:

@@ -37,8 +37,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
-from agentrft.errors import ConfigError
-from agentrft.graders.protocol import post_for_grading
+from agentrft.errors import ConfigError, GraderUnavailable
+from agentrft.graders.protocol import pooled_client
 from agentrft.graders.spec import Strict
 from agentrft.redact import redact_url
 
@@ -127,6 +127,8 @@ class EndpointJudge:
         params: JudgeParams,
         response_format: Mapping[str, Any] | None = None,
     ) -> JudgeReply:
+        from agentrft.tools.http import post_with_retries
+
         body: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages]}
         for key, value in (
             ("temperature", params.temperature),
@@ -139,15 +141,18 @@ class EndpointJudge:
                 body[key] = value
         if response_format is not None and self.config.structured_output:
             body["response_format"] = dict(response_format)
-        reply = await post_for_grading(
-            self.url,
-            json.dumps(body).encode(),
-            headers=self._headers(),
-            timeout=self.config.timeout_s,
-            retries=self.config.retries,
-            backoff_s=self.config.backoff_s,
-            validate=_chat_message,
-        )
+        async with pooled_client() as client:
+            reply = await post_with_retries(
+                client,
+                self.url,
+                json.dumps(body).encode(),
+                headers=self._headers(),
+                timeout=self.config.timeout_s,
+                retries=self.config.retries,
+                backoff_s=self.config.backoff_s,
+                error_cls=GraderUnavailable,
+                validate=_chat_message,
+            )
         if reply.status >= 400:
             hint = (
                 " (if it rejects response_format, set agentrft.judge.structured_output: false)"

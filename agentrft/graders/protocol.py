@@ -10,18 +10,16 @@ statistics. Only setup problems (no sandbox, no model) raise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from agentrft.errors import AgentRFTError, GraderUnavailable
+from agentrft.errors import AgentRFTError
 from agentrft.graders.template import MissingItemField
 from agentrft.types import Grade
-
-if TYPE_CHECKING:
-    from agentrft.tools.http import Reply
 
 # Error flags: OpenAI's grader-run names where one exists, plus agentrft's own.
 ERROR_FLAGS = {
@@ -182,36 +180,15 @@ http_client: contextvars.ContextVar[Any] = contextvars.ContextVar(
 )
 
 
-async def post_for_grading(
-    url: str,
-    body: bytes,
-    *,
-    headers: Mapping[str, str],
-    timeout: float,
-    retries: int,
-    backoff_s: float,
-    validate: Callable[[bytes], Any],
-) -> Reply:
-    """POST with the shared retry rule (`agentrft.tools.http.post_with_retries`) on the
-    pooled `http_client`, or on a short-lived client where none is set. A server that keeps
-    failing raises GraderUnavailable; a reply over 1 MiB, PayloadTooLarge."""
-    from agentrft.tools.http import new_client, post_with_retries
-
+@contextlib.asynccontextmanager
+async def pooled_client() -> AsyncIterator[Any]:
+    """This event loop's pooled `http_client`, or a short-lived client of its own where none
+    is set (a grader called outside grade_groups), closed on exit."""
     client = http_client.get()
-    own = client is None
-    client = client or new_client(4)
-    try:
-        return await post_with_retries(
-            client,
-            url,
-            body,
-            headers=headers,
-            timeout=timeout,
-            retries=retries,
-            backoff_s=backoff_s,
-            error_cls=GraderUnavailable,
-            validate=validate,
-        )
-    finally:
-        if own:
-            await client.aclose()
+    if client is not None:
+        yield client
+        return
+    from agentrft.tools.http import new_client
+
+    async with new_client(4) as own:
+        yield own
