@@ -18,7 +18,8 @@ per-rollout state, speaking the OpenAI Agent RFT wire contract.
 
     app = env.app                      # any ASGI server; `agentrft` can launch it for a job
 
-Routes: POST /tools/{name}, POST /grade, POST /cleanup, GET /tools, GET /health.
+Routes: POST /tools/{name}, POST /grade (and /grade/{name}), POST /cleanup, GET /tools,
+GET /health.
 Raise `ToolInputError` for a 4xx (shown to the model); any other exception is a 500, which
 agentrft retries and then discards the rollout. A path the model named that loops through
 symlinks or is too long for the file system is the model's mistake too: a 400 that says so
@@ -95,6 +96,7 @@ class ToolServer:
         self.idle_ttl_s = idle_ttl_s
         self._tools: dict[str, _ToolEntry] = {}
         self._grader: Callable[..., Any] | None = None
+        self._named_graders: dict[str, Callable[..., Any]] = {}
         self._on_start: Callable[[TraceContext], Any] | None = None
         self._on_cleanup: Callable[[TraceContext], Any] | None = None
         self._traces: dict[str, TraceContext] = {}
@@ -123,9 +125,18 @@ class ToolServer:
 
         return register(fn) if fn is not None else register
 
-    def grader(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        self._grader = fn
-        return fn
+    def grader(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+        """The grader at POST /grade; with `name`, one more at POST /grade/{name} (for a
+        `multi` whose sub-scores each read the same rollout's state: a gate, then style)."""
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            if name is None:
+                self._grader = f
+            else:
+                self._named_graders[name] = f
+            return f
+
+        return register(fn) if fn is not None else register
 
     def on_start(self, fn: Callable[[TraceContext], Any]) -> Callable[[TraceContext], Any]:
         self._on_start = fn
@@ -307,7 +318,14 @@ class ToolServer:
 
         @app.post("/grade")
         async def grade(request: Request) -> Any:
-            if self._grader is None:
+            return await grade_with(request, self._grader)
+
+        @app.post("/grade/{name}")
+        async def grade_named(name: str, request: Request) -> Any:
+            return await grade_with(request, self._named_graders.get(name))
+
+        async def grade_with(request: Request, grader: Callable[..., Any] | None) -> Any:
+            if grader is None:
                 return PlainTextResponse("this server has no grader", status_code=404)
             try:
                 req = await read_json(request)
@@ -320,7 +338,7 @@ class ToolServer:
 
             def run() -> Any:
                 ctx = self._context(trace_id, req.get("item") or {}, headers)
-                out = self._grader(ctx, req.get("sample") or {}, req.get("item") or {})  # type: ignore[misc]
+                out = grader(ctx, req.get("sample") or {}, req.get("item") or {})
                 if inspect.isawaitable(out):
                     raise TypeError("the grader must be a plain function, not async")
                 reply = out if isinstance(out, dict) else {"score": float(out)}

@@ -1,0 +1,425 @@
+"""Code-fix environment (stage: rollout tools + endpoint graders) for rows built by
+`agentrft data code-fix`: the model fixes an injected bug so that the project's tests pass.
+
+Each rollout (`trace_id`) gets its own workspace, made on its first tool call: the row's
+`commit` exported with `git archive` (agentrft.tools.repo_workspace) and the row's `patch`
+(the bug) applied. Tools: read_file, grep (shared with the other repository recipes), an
+exact-string `edit(path, old, new)`, and `run_tests(selector)`, which runs pytest on a copy
+of the workspace inside agentrft.sandbox (no network, time and memory limits). Paths are
+relative to the repository root and confined to the workspace.
+
+Graders, three endpoints read in this order by the job's `multi` (a gate, as in the talk):
+  POST /grade            tests: 1 when the row's tests pass in a FRESH sandbox run, else 0.
+                         The tree graded is the original commit plus the rollout's changes to
+                         existing source files only: test files, conftest.py, pytest's config
+                         files and any new file are taken from the original, so editing,
+                         skipping or shadowing a test earns nothing. Every test the bug broke
+                         must pass, including those the model was never shown, and at least
+                         as many tests must pass as before the bug (a skip does not count).
+  POST /grade/style      style, deterministic: the mean of the diff's size against the
+                         minimal fix, no debug print, and no new ruff finding.
+  POST /grade/validated  1 when the rollout's last run_tests came after its last edit, covered
+                         the failing test and passed (it checked its work before answering).
+
+The workspace stays until agentrft's /cleanup after all three grades (cleanup_after_grade is
+off), on the idle TTL, or when the server stops.
+
+Run by agentrft for the job (job.yaml, `agentrft.environment`), or by hand:
+    uvicorn env:app --port 8741
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pathspec
+
+from agentrft.data.code_fix import CONFIG_FILES, DEFAULT_TESTS, OUTPUT_MAX_CHARS, run_tests
+from agentrft.tools import repo_workspace as rw
+from agentrft.tools.envkit import ToolInputError, ToolServer, TraceContext
+
+env = ToolServer("code-fix", cleanup_after_grade=False)
+# Test runs at once (tools and grading together): each is a whole pytest process.
+TEST_RUNS = threading.BoundedSemaphore(2)
+_DEBUG = re.compile(r"\bprint\(|\bbreakpoint\(|\bpdb\b|\bpprint\(")
+
+
+# -- workspaces --------------------------------------------------------------------------------
+def workspace(ctx: TraceContext) -> Path:
+    """The rollout's workspace: the row's commit with its bug applied, made on first use."""
+    with ctx.lock:
+        if ctx.state.get("closed"):
+            raise RuntimeError(f"trace {ctx.trace_id} was already cleaned up")
+        if "root" not in ctx.state:
+            root = rw.create_workspace(
+                str(ctx.item.get("repo") or ""),
+                str(ctx.item.get("commit") or ""),
+                ctx.trace_id,
+                "commit",
+            )
+            try:
+                apply_patch(root, str(ctx.item.get("patch") or ""))
+            except BaseException:
+                shutil.rmtree(root, ignore_errors=True)
+                raise
+            ctx.state.update(root=root, edits=0, runs=[])
+        root: Path = ctx.state["root"]
+        return root
+
+
+def apply_patch(root: Path, patch: str) -> None:
+    """Apply the row's bug (a unified diff with a/ b/ paths) to the tree at `root`."""
+    if not patch:
+        raise RuntimeError("item field `patch` is empty: the row carries no bug")
+    proc = subprocess.run(
+        ["git", "apply", "--whitespace=nowarn", "-"],
+        cwd=root,
+        input=patch,
+        text=True,
+        capture_output=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the row's patch does not apply: {proc.stderr.strip()[:300]}")
+
+
+@env.on_cleanup
+def cleanup(ctx: TraceContext) -> None:
+    """Delete the rollout's workspace and the tree its grading exported."""
+    rw.remove_workspace(ctx)
+    graded = ctx.state.pop("graded", None)
+    if graded is not None:
+        shutil.rmtree(graded["tree"], ignore_errors=True)
+
+
+# -- tools ---------------------------------------------------------------------------------------
+@env.tool(description=rw.READ_FILE_DESCRIPTION, parameters=rw.READ_FILE_PARAMETERS)
+def read_file(
+    ctx: TraceContext, path: str, start_line: int = 1, end_line: int | None = None
+) -> str:
+    return rw.read_file_in(workspace(ctx), path, start_line, end_line)
+
+
+GREP_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "pattern": rw.GREP_PARAMETERS["properties"]["pattern"],
+        "path": rw.GREP_PARAMETERS["properties"]["path"],
+        "glob": rw.GREP_PARAMETERS["properties"]["glob"],
+    },
+    "required": ["pattern"],
+    "additionalProperties": False,
+}
+
+
+GREP_DESCRIPTION = f"Search file contents with a regular expression; returns up to {rw.GREP_MAX_MATCHES} matches as path:line: text."
+
+
+@env.tool(description=GREP_DESCRIPTION, parameters=GREP_PARAMETERS)
+def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = None) -> str:
+    return rw.grep_in(workspace(ctx), pattern, path, glob)
+
+
+EDIT_DESCRIPTION = "Replace the exact text `old` with `new` in a file. `old` must occur exactly once in the file (copy it from read_file, without the line numbers)."
+EDIT_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {
+            "type": "string",
+            "description": 'File relative to the repository root, e.g. "src/app.py".',
+        },
+        "old": {"type": "string", "description": "The exact text to replace."},
+        "new": {"type": "string", "description": "The text to put in its place."},
+    },
+    "required": ["path", "old", "new"],
+    "additionalProperties": False,
+}
+
+
+@env.tool(description=EDIT_DESCRIPTION, parameters=EDIT_PARAMETERS)
+def edit(ctx: TraceContext, path: str, old: str, new: str) -> str:
+    root = workspace(ctx)
+    full = rw.confine(root, path)
+    if not full.is_file():
+        raise ToolInputError(f"no such file: {path!r}")
+    if not isinstance(old, str) or not isinstance(new, str) or not old:
+        raise ToolInputError("`old` must be non-empty text of the file and `new` text")
+    text = rw.read_text(full)
+    if text is None:
+        raise ToolInputError(f"{path} is binary or too large to edit")
+    count = text.count(old)
+    if count == 0:
+        raise ToolInputError(
+            f"`old` does not occur in {path}; read_file it and copy the text exactly (without line numbers)"
+        )
+    if count > 1:
+        raise ToolInputError(
+            f"`old` occurs {count} times in {path}; add surrounding lines so it occurs once"
+        )
+    line = text[: text.index(old)].count("\n") + 1
+    full.write_text(text.replace(old, new, 1))
+    with ctx.lock:
+        ctx.state["edits"] += 1
+    return f"edited {path} at line {line}"
+
+
+RUN_TESTS_DESCRIPTION = "Run the project's tests with pytest in a sandbox and show the result. `selector`: test files or node ids separated by spaces (default: the tests of this task)."
+RUN_TESTS_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "selector": {
+            "type": "string",
+            "description": 'e.g. "tests/test_app.py" or "tests/test_app.py::test_add"',
+        }
+    },
+    "additionalProperties": False,
+}
+
+
+def selectors(root: Path, selector: str | None, default: list[str]) -> list[str]:
+    """The selector's node ids, each a path inside the workspace (no pytest options)."""
+    parts = (selector or "").split() or default
+    for part in parts:
+        if part.startswith("-"):
+            raise ToolInputError(f"{part!r}: options are not allowed, only test files and node ids")
+        rw.confine(root, part.split("::", 1)[0])
+    return parts
+
+
+def summary(run: Any) -> str:
+    """What the model reads: the counts, then the first failure's output (cut)."""
+    counts: dict[str, int] = {}
+    for outcome in run.outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    head = ", ".join(f"{n} {o}" for o, n in sorted(counts.items())) or "no tests ran"
+    if run.timed_out:
+        head += " (stopped at the time limit)"
+    if not run.broken:
+        return head if run.outcomes else f"{head}\n{run.output[-OUTPUT_MAX_CHARS:]}"
+    first = run.broken[0]
+    detail = run.details.get(first, "")[-OUTPUT_MAX_CHARS:]
+    return f"{head}\nFAILED {', '.join(run.broken[:5])}\n\n{first}:\n{detail}"
+
+
+@env.tool(name="run_tests", description=RUN_TESTS_DESCRIPTION, parameters=RUN_TESTS_PARAMETERS)
+def run_tests_tool(ctx: TraceContext, selector: str = "") -> str:
+    root = workspace(ctx)
+    parts = selectors(root, selector, list(ctx.item.get("tests") or []))
+    edits = ctx.state["edits"]
+    with TEST_RUNS:
+        run = run_tests(root, parts, str(ctx.item.get("test_command")))
+    shown = str(ctx.item.get("shown_test") or "")
+    ok = run.returncode == 0 and bool(run.outcomes) and not run.broken
+    with ctx.lock:
+        ctx.state["runs"].append(
+            {"edits": edits, "passed": ok, "covers": run.outcomes.get(shown) == "passed"}
+        )
+    return summary(run)
+
+
+# -- graders -------------------------------------------------------------------------------------
+_TEST_FILES = pathspec.PathSpec.from_lines(
+    "gitwildmatch", [*DEFAULT_TESTS, "test_*.py", "*_test.py"]
+)
+
+
+def protected(path: str, item: dict[str, Any]) -> bool:
+    """Files whose edits never count: tests, conftest.py, pytest's configuration."""
+    name = PurePosixPath(path).name
+    return (
+        name == "conftest.py"
+        or name in CONFIG_FILES
+        or path in (item.get("tests") or [])
+        or _TEST_FILES.match_file(path)
+    )
+
+
+def _files(root: Path) -> dict[str, Path]:
+    return {
+        p.relative_to(root).as_posix(): p
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def graded_tree(ctx: TraceContext, item: dict[str, Any]) -> dict[str, Any]:
+    """The tree the graders read, made once per trace: a fresh export of the original commit
+    plus the rollout's changes to existing, unprotected files. Returns {"tree", "changes":
+    {path: new text or None (deleted)}, "original": {path: text}, "unfixed": the changes
+    are exactly the bug}."""
+    with ctx.lock:
+        if "graded" in ctx.state:
+            cached: dict[str, Any] = ctx.state["graded"]
+            return cached
+        root: Path | None = ctx.state.get("root")
+    tree = rw.create_workspace(
+        str(item.get("repo") or ""),
+        str(item.get("commit") or ""),
+        f"graded-{ctx.trace_id}",
+        "commit",
+    )
+    try:
+        before = {p: (tree / p).read_text() for p in item.get("files") or []}
+        apply_patch(tree, str(item.get("patch") or ""))
+        bug = {p: (tree / p).read_text() for p in before}
+        for p, text in before.items():
+            (tree / p).write_text(text)
+        changes: dict[str, str | None] = {}
+        if root is None:  # no tool call at all: the workspace would be the bug
+            changes = dict(bug)
+        else:
+            now = _files(root)
+            for path, full in _files(tree).items():
+                if protected(path, item):
+                    continue
+                if path not in now:
+                    changes[path] = None
+                elif now[path].read_bytes() != full.read_bytes():
+                    changes[path] = now[path].read_text(errors="replace")
+        original = {p: (tree / p).read_text(errors="replace") for p in changes}
+        for path, text in changes.items():
+            if text is None:
+                (tree / path).unlink()
+            else:
+                (tree / path).write_text(text)
+    except BaseException:
+        shutil.rmtree(tree, ignore_errors=True)
+        raise
+    graded = {"tree": tree, "changes": changes, "original": original, "unfixed": changes == bug}
+    with ctx.lock:
+        ctx.state["graded"] = graded
+    return graded
+
+
+@env.grader
+def tests(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """The gate: the row's tests pass on the graded tree, held-back tests included."""
+    g = graded_tree(ctx, item)
+    if g["unfixed"] or not g["changes"]:
+        return {"score": 0.0, "metrics": {"why": "the bug is still in the code"}}
+    with TEST_RUNS:
+        run = run_tests(g["tree"], list(item.get("tests") or []), str(item.get("test_command")))
+    failing = list(item.get("failing") or [])
+    fixed = [t for t in failing if run.outcomes.get(t) == "passed"]
+    passed = (
+        run.returncode == 0
+        and not run.broken
+        and len(fixed) == len(failing)
+        and len(run.passed) >= int(item.get("passing_clean") or 0)
+    )
+    why = (
+        "passed"
+        if passed
+        else (
+            "timed out"
+            if run.timed_out
+            else f"{len(run.broken)} failing, {len(fixed)}/{len(failing)} broken tests fixed, "
+            f"{len(run.passed)}/{item.get('passing_clean')} passing, exit {run.returncode}"
+        )
+    )
+    return {
+        "score": 1.0 if passed else 0.0,
+        "sub_scores": {"fixed_share": len(fixed) / len(failing) if failing else 0.0},
+        "metrics": {"why": why, "tests_passed": len(run.passed)},
+    }
+
+
+def changed_lines(before: str, after: str) -> int:
+    """Lines removed plus lines added by a diff from `before` to `after`."""
+    return sum(
+        1
+        for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    )
+
+
+def ruff_findings(text: str, path: str, config_dir: Path) -> int:
+    """ruff's findings for `text` as file `path`, under the project's own configuration.
+    ruff only reads the code, it never runs it, so it runs outside the sandbox."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--output-format",
+            "json",
+            "--stdin-filename",
+            path,
+            "-",
+        ],
+        cwd=config_dir,
+        input=text,
+        text=True,
+        capture_output=True,
+    )
+    try:
+        return len(json.loads(proc.stdout or "[]"))
+    except json.JSONDecodeError:
+        raise RuntimeError(f"ruff failed: {proc.stderr.strip()[:300]}") from None
+
+
+@env.grader(name="style")
+def style(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """Deterministic style: diff size against the minimal fix, no debug print, lint clean."""
+    g = graded_tree(ctx, item)
+    minimal = max(changed_lines(*_patch_sides(str(item.get("patch") or ""))), 1)
+    size = sum(changed_lines(g["original"][p], t or "") for p, t in g["changes"].items())
+    diff = min(1.0, minimal / size) if size else 0.0
+    added = [
+        line
+        for p, t in g["changes"].items()
+        for line in difflib.unified_diff(
+            g["original"][p].splitlines(), (t or "").splitlines(), lineterm="", n=0
+        )
+        if line.startswith("+") and not line.startswith("+++")
+    ]
+    no_debug = 0.0 if any(_DEBUG.search(line) for line in added) else 1.0
+    new_findings = sum(
+        max(0, ruff_findings(t, p, g["tree"]) - ruff_findings(g["original"][p], p, g["tree"]))
+        for p, t in g["changes"].items()
+        if t is not None and p.endswith(".py")
+    )
+    lint = 1.0 if new_findings == 0 else 0.0
+    return {
+        "score": (diff + no_debug + lint) / 3,
+        "sub_scores": {"diff": diff, "no_debug": no_debug, "lint": lint},
+        "metrics": {
+            "changed_lines": size,
+            "minimal_lines": minimal,
+            "new_ruff_findings": new_findings,
+        },
+    }
+
+
+def _patch_sides(patch: str) -> tuple[str, str]:
+    """The removed and the added lines of a unified diff, as two texts."""
+    lines = [line for line in patch.splitlines() if not line.startswith(("+++", "---"))]
+    removed = "\n".join(line[1:] for line in lines if line.startswith("-"))
+    added = "\n".join(line[1:] for line in lines if line.startswith("+"))
+    return removed, added
+
+
+@env.grader(name="validated")
+def validated(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """1 when the last run_tests came after the last edit, ran the failing test and passed."""
+    runs = ctx.state.get("runs") or []
+    last = runs[-1] if runs else None
+    ok = (
+        last is not None
+        and last["edits"] == ctx.state.get("edits")
+        and last["passed"]
+        and last["covers"]
+    )
+    return {"score": 1.0 if ok else 0.0, "metrics": {"test_runs": len(runs)}}
+
+
+app = env.app
