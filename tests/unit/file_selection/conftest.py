@@ -3,15 +3,15 @@ commit (fixed dates, no host git configuration), and fresh copies of the recipe'
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.unit.recipe_env import load_fresh
 
 RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
 T0 = 1_700_000_000  # commit times are T0 + minutes, so the time split is deterministic
@@ -72,17 +72,7 @@ def make_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str]
 @pytest.fixture
 def load_env_module() -> Callable[[], ModuleType]:
     """Loads a fresh copy of recipes/file_selection/env.py (its own ToolServer, no shared state)."""
-
-    def load() -> ModuleType:
-        spec = importlib.util.spec_from_file_location(
-            f"file_selection_env_{uuid.uuid4().hex}", RECIPE / "env.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
+    return lambda: load_fresh(RECIPE / "env.py")
 
 
 @pytest.fixture

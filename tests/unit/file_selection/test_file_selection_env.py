@@ -3,9 +3,7 @@ commit, confinement, the three tools, the endpoint grader and cleanup."""
 
 from __future__ import annotations
 
-import json
 import os
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +13,7 @@ import pytest
 
 from agentrft.tools import repo_workspace
 from agentrft.tools.envkit import serve_in_thread
+from tests.unit.recipe_env import post_tool_call as call
 
 
 @pytest.fixture
@@ -68,20 +67,6 @@ def env_module(workspaces: Path, load_env_module) -> ModuleType:
 def server(env_module: ModuleType):
     with serve_in_thread(env_module.app) as url, httpx.Client(base_url=url, timeout=30) as client:
         yield client
-
-
-def call(client: httpx.Client, trace_id: str, item: dict, name: str, **arguments) -> httpx.Response:
-    """POST one tool call in the OpenAI Agent RFT shape."""
-    body = {
-        "type": "function_call",
-        "id": f"fc_{uuid.uuid4().hex[:8]}",
-        "call_id": f"call_{uuid.uuid4().hex[:8]}",
-        "name": name,
-        "arguments": json.dumps(arguments),
-        "trace_id": trace_id,
-        "item": item,
-    }
-    return client.post(f"/tools/{name}", json=body)
 
 
 def output(resp: httpx.Response) -> str:

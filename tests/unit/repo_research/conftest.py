@@ -3,15 +3,15 @@ dates, no host git configuration) and fresh copies of the recipe's env.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.unit.recipe_env import load_fresh
 
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ROOT / "recipes" / "repo_research"
@@ -104,14 +104,4 @@ def py_repo(tmp_path: Path) -> tuple[Path, str]:
 @pytest.fixture
 def load_env_module() -> Callable[[], ModuleType]:
     """Loads a fresh copy of recipes/repo_research/env.py (its own ToolServer)."""
-
-    def load() -> ModuleType:
-        spec = importlib.util.spec_from_file_location(
-            f"repo_research_env_{uuid.uuid4().hex}", RECIPE / "env.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
+    return lambda: load_fresh(RECIPE / "env.py")

@@ -4,15 +4,13 @@ stated in a short answer, not for pasted files or tool output, under either tool
 
 from __future__ import annotations
 
-import json
-import uuid
-
 import httpx
 import pytest
 
 from agentrft.graders import build_grader, tool_call_limit
 from agentrft.job import load_job
 from agentrft.tools.envkit import serve_in_thread
+from tests.unit.recipe_env import post_tool_call
 
 from .conftest import MODULES, RECIPE
 
@@ -48,16 +46,7 @@ def server(load_env_module):
 def call(
     client: httpx.Client, item: dict, name: str, trace_id: str = "t", **arguments
 ) -> httpx.Response:
-    body = {
-        "type": "function_call",
-        "id": f"fc_{uuid.uuid4().hex[:8]}",
-        "call_id": f"call_{uuid.uuid4().hex[:8]}",
-        "name": name,
-        "arguments": json.dumps(arguments),
-        "trace_id": trace_id,
-        "item": item,
-    }
-    return client.post(f"/tools/{name}", json=body)
+    return post_tool_call(client, trace_id, item, name, **arguments)
 
 
 def ok(resp: httpx.Response) -> str:
