@@ -141,6 +141,22 @@ class HFPolicy:
             yield
 
     @torch.no_grad()
+    def forward_last(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, kv: Any
+    ) -> torch.Tensor:
+        """One forward pass of the sampling model over `ids`, extending the KV cache `kv`:
+        the next-token logits of each row (`[rows, vocab]`, in the model's dtype)."""
+        with self.autocast():
+            return self.sampler_model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=kv,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1, :]
+
+    @torch.no_grad()
     def sample(
         self,
         prompts: Sequence[Sequence[int]],
@@ -172,20 +188,7 @@ class HFPolicy:
             )
             seeds = [base + i for i in range(B)]
         gens = [torch.Generator(device=dev).manual_seed(int(s) % 2**63) for s in seeds]
-        model = self.sampler_model
-
-        def forward(
-            ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, kv: Any
-        ) -> torch.Tensor:
-            with self.autocast():
-                return model(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    cache=kv,
-                    use_cache=True,
-                    logits_to_keep=1,
-                ).logits[:, -1, :]
+        forward = self.forward_last
 
         keys: list[Hashable | None] = (
             list(cache_keys) if cache is not None and cache_keys is not None else [None] * B
@@ -226,13 +229,7 @@ class HFPolicy:
         finished = [False] * B
         live = fresh + extended  # original row of each batch row
         stop_t = torch.tensor(sorted(self.stop_token_ids), device=dev)
-        tail = (
-            max(
-                (len(self.tokenizer.encode(s, add_special_tokens=False)) for s in params.stop),
-                default=0,
-            )
-            + 2
-        )
+        tail = stop_tail(self.tokenizer, params.stop)
         step = 0  # tokens sampled so far, the same for every live row
         while True:
             if (
@@ -248,8 +245,7 @@ class HFPolicy:
                 if is_stop[j]:
                     finished[i] = True
                 elif params.stop and step >= params.min_tokens:
-                    recent = self.tokenizer.decode(out_tokens[i][-tail:])
-                    hit = next((s for s in params.stop if s in recent), None)
+                    hit = stop_string_hit(self.tokenizer, out_tokens[i], params.stop, tail)
                     if hit is not None:
                         finished[i], stop_text[i] = True, hit
             keep = [
@@ -288,6 +284,38 @@ class HFPolicy:
             )
             for i in range(B)
         ]
+
+
+def stop_tail(tokenizer: Any, stops: Sequence[str]) -> int:
+    """How many of the last tokens to decode to see any of `stops` that has just ended."""
+    return max((len(tokenizer.encode(s, add_special_tokens=False)) for s in stops), default=0) + 2
+
+
+def stop_string_hit(
+    tokenizer: Any, tokens: Sequence[int], stops: Sequence[str], tail: int
+) -> str | None:
+    """The stop string in the text of the last `tail` of `tokens`, if any."""
+    recent = tokenizer.decode(list(tokens[-tail:]))
+    return next((s for s in stops if s in recent), None)
+
+
+def choose_rows(
+    logits: torch.Tensor, params: Sequence[SamplingParams], gens: Sequence[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_choose` where each row has its own temperature and top-p (the serving scheduler's
+    batch mixes requests): rows that share them are chosen together."""
+    groups: dict[tuple[float, float], list[int]] = {}
+    for row, p in enumerate(params):
+        groups.setdefault((p.temperature, p.top_p), []).append(row)
+    if len(groups) == 1:
+        return _choose(logits, params[0], gens)
+    tok = torch.empty(len(params), dtype=torch.long, device=logits.device)
+    logp = torch.empty(len(params), dtype=logits.dtype, device=logits.device)
+    for rows in groups.values():
+        idx = torch.tensor(rows, device=logits.device)
+        t, lp = _choose(logits[idx], params[rows[0]], [gens[r] for r in rows])
+        tok[idx], logp[idx] = t, lp
+    return tok, logp
 
 
 def _choose(

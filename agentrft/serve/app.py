@@ -1,22 +1,28 @@
 """`agentrft serve-model`: one policy behind `POST /v1/chat/completions` and `GET /v1/models`.
 
-Requests that arrive while the model is busy are batched into one `policy.sample` call by
-the rollout engine's `BatchedSampler` (requests with equal sampling params share a batch;
-a request's `n` choices always do). Parsing, tokenizing and sampling run in worker
-threads, so the event loop keeps answering (`/health` included) while a huge prompt is
-tokenized. Bodies over `max_body_bytes` (16 MiB) get 413. A request's `seed` gives each of
-its choices its own random stream, so a seeded request gets the same reply however it was
-batched. `stream=true` sends the reply as OpenAI's chunk events once it is complete: the
-batched sampler produces whole replies, so the chunks come together at the end.
+A transformers policy is served by continuous batching (`serve.scheduler`): one thread
+decodes every running request together, a request that arrives mid-decode joins the batch
+at the next step, and each token goes to its request as it is sampled, which is what
+`stream=true` sends (OpenAI's `chat.completion.chunk` events, `serve.stream_text` deciding
+when a piece of text is certain). Non-streamed requests go through the same scheduler.
+Any other policy (one with only `sample`, as in the unit tests) is served by the rollout
+engine's `BatchedSampler`: whole replies, so its stream's content comes at the end.
+
+Parsing and tokenizing run in worker threads, so the event loop keeps answering (`/health`
+included) while a huge prompt is tokenized. Bodies over `max_body_bytes` (16 MiB) get 413.
+A request's `seed` gives each of its choices its own random stream, so a seeded request
+gets the same reply however it was batched (within floating-point rounding: see the
+scheduler).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,16 +36,18 @@ from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.context import ChatRenderer
 from agentrft.serve.protocol import (
     ChatRequest,
+    ChunkWriter,
     RequestError,
     ToolUse,
     choice,
     completion_body,
     model_card,
     parse_request,
-    stream_chunks,
     template_messages,
     tool_use,
+    usage_body,
 )
+from agentrft.serve.stream_text import ReplyText
 from agentrft.types import Item
 
 log = logging.getLogger(__name__)
@@ -58,8 +66,11 @@ class Prepared:
 
 
 class ChatService:
-    """Turns chat requests into batched sampling on one policy (anything with the Policy
-    protocol: `tokenizer`, `stop_token_ids`, `context_window`, `sample`)."""
+    """Turns chat requests into sampling on one policy (anything with the Policy protocol:
+    `tokenizer`, `stop_token_ids`, `context_window`, `sample`). `continuous` (default: when
+    the policy can decode step by step, as HFPolicy can) serves it by continuous batching;
+    otherwise concurrent requests are batched whole. `max_batch` bounds the rows decoded
+    together either way."""
 
     def __init__(
         self,
@@ -68,15 +79,22 @@ class ChatService:
         *,
         max_batch: int = 32,
         default_max_tokens: int = 512,
-        gather_s: float = 0.005,
+        continuous: bool | None = None,
     ) -> None:
         ChatRenderer(policy.tokenizer)  # refuses a tokenizer without a chat template, at start
         self.policy = policy
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
-        self.sampler = BatchedSampler(
-            policy, SamplingParams(), max_batch=max_batch, gather_s=gather_s
-        )
+        if continuous is None:
+            continuous = callable(getattr(policy, "forward_last", None))
+        self.scheduler: Any = None
+        self.sampler: BatchedSampler | None = None
+        if continuous:
+            from agentrft.serve.scheduler import DecodeScheduler  # loads torch
+
+            self.scheduler = DecodeScheduler(policy, max_running=max_batch)
+        else:
+            self.sampler = BatchedSampler(policy, SamplingParams(), max_batch, gather_s=0.005)
         self.created = int(time.time())
         self.max_token_chars = _longest_token(policy.tokenizer)
 
@@ -94,18 +112,37 @@ class ChatService:
             text = text[: text.find(completion.stop_text)] if completion.stop_text in text else text
         return prefill + text
 
+    async def events(self, p: Prepared) -> AsyncGenerator[tuple[int, int | Completion], None]:
+        """(choice, token id) as tokens are sampled (continuous batching only), then
+        (choice, Completion) as each choice ends."""
+        if self.scheduler is not None:
+            async with contextlib.aclosing(
+                self.scheduler.generate(p.prompt, p.params, p.seeds)
+            ) as events:
+                async for event in events:
+                    yield event
+            return
+        assert self.sampler is not None
+        completions = await asyncio.gather(
+            *(self.sampler.sample(p.prompt, p.max_new, seed, p.params) for seed in p.seeds)
+        )
+        for i, c in enumerate(completions):
+            yield i, c
+
     async def complete(self, req: ChatRequest) -> dict[str, Any]:
         """The `chat.completion` body for `req` (raises RequestError for a bad request)."""
         p = await asyncio.to_thread(self.prepare, req)  # tokenizing a long prompt takes seconds
         t0 = time.perf_counter()
-        completions = await asyncio.gather(
-            *(self.sampler.sample(p.prompt, p.max_new, seed, p.params) for seed in p.seeds)
-        )
+        completions: dict[int, Completion] = {}
+        async with contextlib.aclosing(self.events(p)) as events:
+            async for i, event in events:
+                if isinstance(event, Completion):
+                    completions[i] = event
+        done = [completions[i] for i in range(len(p.seeds))]
         choices = [
-            choice(i, self.reply_text(c, p.tools.prefill), c, p.tools)
-            for i, c in enumerate(completions)
+            choice(i, self.reply_text(c, p.tools.prefill), c, p.tools) for i, c in enumerate(done)
         ]
-        sampled = sum(len(c.tokens) for c in completions)
+        sampled = sum(len(c.tokens) for c in done)
         log.info(
             "n=%d prompt=%d sampled=%d in %.2fs",
             req.n,
@@ -114,6 +151,38 @@ class ChatService:
             time.perf_counter() - t0,
         )
         return completion_body(self.model_name, choices, len(p.prompt), sampled)
+
+    async def stream(self, req: ChatRequest, p: Prepared) -> AsyncGenerator[dict[str, Any], None]:
+        """`req`'s chunk events, each choice's content as it becomes certain."""
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        out = ChunkWriter(self.model_name, include_usage)
+        texts = [
+            ReplyText(
+                self.policy.tokenizer,
+                prefill=p.tools.prefill,
+                stops=p.params.stop,
+                parse_tools=p.tools.parse,
+                stop_token_ids=self.policy.stop_token_ids,
+            )
+            for _ in p.seeds
+        ]
+        for i in range(len(p.seeds)):
+            yield out.role(i)
+        sampled = 0
+        async with contextlib.aclosing(self.events(p)) as events:
+            async for i, event in events:
+                if isinstance(event, Completion):
+                    sampled += len(event.tokens)
+                    done = choice(i, self.reply_text(event, p.tools.prefill), event, p.tools)
+                    rest = texts[i].finish(done["message"]["content"] or "")
+                    if rest:
+                        yield out.content(i, rest)
+                    for chunk in out.end(i, done):
+                        yield chunk
+                elif piece := texts[i].add(event):
+                    yield out.content(i, piece)
+        if include_usage:
+            yield out.usage(usage_body(len(p.prompt), sampled))
 
     def prepare(self, req: ChatRequest) -> Prepared:
         """Check and tokenize a request (blocking: call it from a worker thread). Anything
@@ -214,19 +283,19 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 async def chat_response(service: ChatService, req: ChatRequest) -> Any:
     """The reply to a parsed request: the `chat.completion` JSON, or for `stream=true` its
-    chunk events. Errors come before any chunk, as plain JSON."""
-    body = await service.complete(req)
+    chunk events as they are sampled. Errors come before any chunk, as plain JSON."""
     if not req.stream:
-        return body
-    include_usage = req.stream_options is not None and req.stream_options.include_usage
-    return StreamingResponse(
-        sse(stream_chunks(body, include_usage)), media_type="text/event-stream"
-    )
+        return await service.complete(req)
+    p = await asyncio.to_thread(service.prepare, req)
+    return StreamingResponse(sse(service.stream(req, p)), media_type="text/event-stream")
 
 
-def sse(chunks: list[dict[str, Any]]) -> Iterator[bytes]:
-    for c in chunks:
-        yield b"data: " + json.dumps(c, ensure_ascii=False).encode() + b"\n\n"
+async def sse(chunks: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[bytes, None]:
+    """Server-sent events: `data: <json>` per chunk, then `data: [DONE]`. Closing it (the
+    client went away) closes `chunks`, which cancels the request's decoding."""
+    async with contextlib.aclosing(chunks):
+        async for c in chunks:
+            yield b"data: " + json.dumps(c, ensure_ascii=False).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"
 
 
@@ -237,10 +306,16 @@ def create_app(
     max_batch: int = 32,
     default_max_tokens: int = 512,
     max_body_bytes: int = MAX_BODY_BYTES,
+    continuous: bool | None = None,
 ) -> FastAPI:
-    """The FastAPI app. `model_name` is the one id requests must name (`GET /v1/models`)."""
+    """The FastAPI app. `model_name` is the one id requests must name (`GET /v1/models`);
+    `continuous`: see ChatService."""
     service = ChatService(
-        policy, model_name, max_batch=max_batch, default_max_tokens=default_max_tokens
+        policy,
+        model_name,
+        max_batch=max_batch,
+        default_max_tokens=default_max_tokens,
+        continuous=continuous,
     )
     app = FastAPI(title="agentrft serve-model", docs_url=None, redoc_url=None)
     app.state.service = service

@@ -2,8 +2,7 @@
 
 Reads a request into what sampling needs (template messages, tool specs, params, prefill)
 and writes replies, usage and errors the way the official `openai` client expects them:
-whole replies, or with `stream=true` the same reply as `chat.completion.chunk` events
-(`stream_chunks`). Every malformed field is a RequestError (400) naming the field.
+whole replies, or with `stream=true` `chat.completion.chunk` events (`ChunkWriter`). Every malformed field is a RequestError (400) naming the field.
 Tool calls travel in agentrft's format (`agentrft.policy.tool_format`): an assistant
 message's `tool_calls` are written back into its text as `<tool_call>` blocks, and a
 reply's blocks come back out as `tool_calls` only when every one of them parses and
@@ -33,7 +32,6 @@ from agentrft.policy.tool_format import (
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 INT64 = 2**63
-STREAM_PIECE_CHARS = 64  # content is streamed in pieces of at most this many characters
 
 
 class RequestError(Exception):
@@ -297,71 +295,78 @@ def completion_body(
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": usage_body(prompt_tokens, completion_tokens),
         "system_fingerprint": None,
     }
 
 
-def stream_chunks(body: Mapping[str, Any], include_usage: bool = False) -> list[dict[str, Any]]:
-    """A finished `chat.completion` as OpenAI's stream of `chat.completion.chunk`s: per
-    choice, the role, the content in pieces, each tool call (id and name, then its
-    arguments) and the finish reason; with `include_usage`, a last chunk with the usage and
-    no choices. Serialise each as `data: <json>` and end with `data: [DONE]`."""
-    head = {
-        "id": body["id"],
-        "object": "chat.completion.chunk",
-        "created": body["created"],
-        "model": body["model"],
-        "system_fingerprint": body.get("system_fingerprint"),
-    }
-    usage: dict[str, Any] = {"usage": None} if include_usage else {}
+class ChunkWriter:
+    """OpenAI's `chat.completion.chunk` events of one streamed completion: per choice the
+    role first, then content pieces, then each tool call (id and name, then its arguments)
+    and the finish reason; with `include_usage`, a last chunk with the usage and no choices.
+    Serialise each as `data: <json>` and end with `data: [DONE]`."""
 
-    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    def __init__(self, model: str, include_usage: bool = False) -> None:
+        self.head = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": None,
+        }
+        self.include_usage = include_usage
+
+    def chunk(self, index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
-            **head,
+            **self.head,
             "choices": [
                 {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
             ],
-            **usage,
+            **({"usage": None} if self.include_usage else {}),
         }
 
-    chunks = []
-    for c in body["choices"]:
-        i, message = c["index"], c["message"]
-        chunks.append(chunk(i, {"role": "assistant", "content": "", "refusal": None}))
-        content = message.get("content") or ""
-        chunks.extend(
-            chunk(i, {"content": content[at : at + STREAM_PIECE_CHARS]})
-            for at in range(0, len(content), STREAM_PIECE_CHARS)
-        )
-        for k, call in enumerate(message.get("tool_calls") or []):
+    def role(self, index: int) -> dict[str, Any]:
+        return self.chunk(index, {"role": "assistant", "content": "", "refusal": None})
+
+    def content(self, index: int, text: str) -> dict[str, Any]:
+        return self.chunk(index, {"content": text})
+
+    def end(self, index: int, choice: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The chunks that close a finished choice (OpenAI's choice shape): its tool calls,
+        then its finish reason."""
+        chunks = []
+        for k, call in enumerate(choice["message"].get("tool_calls") or []):
             fn = call["function"]
+            start = {"name": fn["name"], "arguments": ""}
             chunks.append(
-                chunk(
-                    i,
+                self.chunk(
+                    index,
                     {
                         "tool_calls": [
-                            {
-                                "index": k,
-                                "id": call["id"],
-                                "type": "function",
-                                "function": {"name": fn["name"], "arguments": ""},
-                            }
+                            {"index": k, "id": call["id"], "type": "function", "function": start}
                         ]
                     },
                 )
             )
             chunks.append(
-                chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": fn["arguments"]}}]})
+                self.chunk(
+                    index,
+                    {"tool_calls": [{"index": k, "function": {"arguments": fn["arguments"]}}]},
+                )
             )
-        chunks.append(chunk(i, {}, c["finish_reason"]))
-    if include_usage:
-        chunks.append({**head, "choices": [], "usage": body["usage"]})
-    return chunks
+        chunks.append(self.chunk(index, {}, choice["finish_reason"]))
+        return chunks
+
+    def usage(self, usage: Mapping[str, int]) -> dict[str, Any]:
+        return {**self.head, "choices": [], "usage": dict(usage)}
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def model_card(model: str, created: int) -> dict[str, Any]:

@@ -1,0 +1,225 @@
+"""The serving scheduler: continuous batching for `agentrft serve-model`.
+
+One thread owns the model. Each turn of its loop it admits waiting requests (one prefill
+forward pass for all of them, within `max_prefill_tokens`), so a request that arrives
+mid-decode joins the running batch at the next step instead of waiting for the batch to
+finish; then it decodes one token for every running row and hands each request its new
+tokens at once, which is what streaming sends. A row that ends (a stop token, a stop string,
+its max_tokens) or whose client went away leaves the batch in the same turn, freeing its
+slot. At most `max_running` rows decode together; the rest wait in arrival order.
+
+    request -> submit -> waiting -> admit (prefill, first token) -> step, step, ... -> done
+                                         \\__ every step: tokens to the request's queue __/
+
+The thread stops when nothing is left to do and starts again with the next request, so a
+service that drops its model does not keep it alive through an idle thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from agentrft.policy import Completion, SamplingParams
+from agentrft.policy.hf import HFPolicy
+from agentrft.serve.running_batch import Row, RunningBatch
+
+log = logging.getLogger(__name__)
+MAX_PREFILL_TOKENS = 8192  # padded prompt tokens per admitting forward pass (at least one request)
+
+# what a request receives after each step: (choice index, a new token id or, last, the
+# choice's Completion) pairs, or the exception that failed it
+Events = list[tuple[int, int | Completion]] | BaseException
+
+
+@dataclass(eq=False)
+class Job:
+    """One request: its rows (one per choice) and where their tokens go."""
+
+    rows: list[Row]
+    emit: Callable[[Events], None]  # called from the scheduler thread
+    cancelled: bool = False
+
+    @property
+    def padded_prompt_tokens(self) -> int:
+        return len(self.rows) * max(len(r.prompt) for r in self.rows)
+
+
+@dataclass
+class SchedulerStats:
+    steps: int = 0  # decode steps
+    admissions: int = 0  # prefill passes
+    joined_running: int = 0  # admissions into a batch that was already decoding
+    rows: int = 0
+    sampled_tokens: int = 0
+    peak_running: int = 0
+    batch_sizes: list[int] = field(default_factory=list)  # rows per decode step (last 10k)
+
+
+class DecodeScheduler:
+    def __init__(
+        self,
+        policy: HFPolicy,
+        max_running: int = 32,
+        max_prefill_tokens: int = MAX_PREFILL_TOKENS,
+    ) -> None:
+        self.policy = policy
+        self.max_running = max_running
+        self.max_prefill_tokens = max_prefill_tokens
+        self.stats = SchedulerStats()
+        self._waiting: deque[Job] = deque()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        seeds: Sequence[int | None],
+        emit: Callable[[Events], None],
+    ) -> Job:
+        """Queue one request with a row per seed (None: a random stream). `emit` gets its
+        events from the scheduler thread."""
+        if params.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        dev = self.policy.device
+        rows = []
+        for seed in seeds:
+            gen = torch.Generator(device=dev)
+            if seed is None:
+                gen.seed()
+            else:
+                gen.manual_seed(int(seed) % 2**63)
+            rows.append(Row(list(prompt), params, gen))
+        job = Job(rows, emit)
+        with self._lock:
+            self._waiting.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="agentrft-decode", daemon=True
+                )
+                self._thread.start()
+        return job
+
+    async def generate(
+        self, prompt: Sequence[int], params: SamplingParams, seeds: Sequence[int | None]
+    ) -> AsyncGenerator[tuple[int, int | Completion], None]:
+        """A request's events in order: (choice, token id) as each token is sampled, then
+        (choice, Completion) once that choice is done. Closing the iterator early (the client
+        went away) cancels the request and frees its rows."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Events] = asyncio.Queue()
+
+        def emit(events: Events) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, events)
+
+        job = self.submit(prompt, params, seeds, emit)
+        left = len(seeds)
+        try:
+            while left:
+                events = await queue.get()
+                if isinstance(events, BaseException):
+                    raise events
+                for index, event in events:
+                    left -= isinstance(event, Completion)
+                    yield index, event
+        finally:
+            if left:
+                job.cancelled = True
+
+    def _run(self) -> None:
+        batch = RunningBatch(self.policy)
+        jobs: list[Job] = []  # the jobs with rows in `batch`
+        while True:
+            with self._lock:
+                if not self._waiting and not jobs:
+                    self._thread = None
+                    return
+                admit = self._take(len(batch))
+            jobs += admit
+            try:
+                if admit:
+                    self.stats.admissions += 1
+                    self.stats.joined_running += bool(len(batch))
+                    self.stats.rows += sum(len(j.rows) for j in admit)
+                    batch.admit([r for j in admit for r in j.rows])
+                    self._deliver(admit)
+                    jobs = self._retire(batch, jobs)
+                if len(batch):
+                    batch.step()
+                    self.stats.steps += 1
+                    self.stats.batch_sizes = [*self.stats.batch_sizes[-9999:], len(batch)]
+                    self._deliver(jobs)
+                    jobs = self._retire(batch, jobs)
+            except Exception as exc:  # a failed forward pass fails the requests in it, loudly
+                log.exception("decoding failed")
+                for job in jobs:
+                    _send(job, exc)
+                batch, jobs = RunningBatch(self.policy), []
+            self.stats.peak_running = max(self.stats.peak_running, len(batch))
+
+    @staticmethod
+    def _retire(batch: RunningBatch, jobs: list[Job]) -> list[Job]:
+        """Drop finished rows and cancelled requests from `batch`; the jobs still running."""
+        batch.retire([r for j in jobs for r in j.rows if r.finish_reason or j.cancelled])
+        return [j for j in jobs if not j.cancelled and any(not r.finish_reason for r in j.rows)]
+
+    def _take(self, running: int) -> list[Job]:
+        """Waiting jobs to admit now, oldest first, while rows and the prefill budget allow
+        (one job always fits an empty batch). Called with the lock held."""
+        taken: list[Job] = []
+        budget = self.max_prefill_tokens
+        while self._waiting:
+            job = self._waiting[0]
+            if job.cancelled:
+                self._waiting.popleft()
+                continue
+            rows = len(job.rows)
+            fits = running + rows <= self.max_running and job.padded_prompt_tokens <= budget
+            if not fits and (taken or running):
+                break
+            taken.append(self._waiting.popleft())
+            running += rows
+            budget -= job.padded_prompt_tokens
+        return taken
+
+    def _deliver(self, jobs: Sequence[Job]) -> None:
+        """Send each job its rows' new tokens, and the Completion of rows that just ended."""
+        for job in jobs:
+            if job.cancelled:
+                continue
+            events: list[tuple[int, int | Completion]] = []
+            for i, row in enumerate(job.rows):
+                if row.sent == len(row.tokens):
+                    continue  # ended at an earlier step
+                events += [(i, t) for t in row.tokens[row.sent :]]
+                self.stats.sampled_tokens += len(row.tokens) - row.sent
+                row.sent = len(row.tokens)
+                if row.finish_reason:
+                    events.append((i, _completion(row)))
+            if events:
+                _send(job, events)
+
+
+def _completion(row: Row) -> Completion:
+    return Completion(
+        tuple(row.tokens),
+        tuple(row.logprobs),
+        "stop" if row.finish_reason == "stop" else "length",
+        row.stop_text,
+    )
+
+
+def _send(job: Job, events: Events) -> None:
+    """Hand `events` to the job's caller; a caller that is gone (its event loop closed)
+    cancels the job."""
+    try:
+        job.emit(events)
+    except RuntimeError:  # the event loop has closed
+        job.cancelled = True
