@@ -12,7 +12,7 @@ import pytest
 
 from agentrft.cli import main
 from agentrft.tools.envkit import ToolServer, serve_in_thread
-from tests.unit.test_secrets import assert_clean
+from tests.unit.test_secrets import assert_clean, secret_job
 
 pytestmark = pytest.mark.integration
 
@@ -36,40 +36,19 @@ def test_a_successful_run_leaves_no_secret_on_disk(tmp_path: Path) -> None:
     ] * 2
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with serve_in_thread(env.app) as url:
-        host = url.split("://", 1)[1]
-        job = {
-            "training_file": "train.jsonl",
-            "seed": 3,
-            "method": {
-                "type": "reinforcement",
-                "reinforcement": {
-                    "grader": {
-                        "type": "endpoint",
-                        "name": "env",
-                        "url": f"http://{host}/grade?token=grader-query-5",
-                        "headers": {"X-Api-Key": "grader-secret-4"},
-                    },
-                    "tools": [
-                        {
-                            "name": "lookup",
-                            "description": "Look a word up",
-                            "parameters": {"type": "object", "properties": {}},
-                            "server_url": f"http://user:url-pass-2@{host}/tools/lookup?api_key=query-secret-3",
-                            "headers": {"Authorization": "Bearer tool-secret-1"},
-                        }
-                    ],
-                    "hyperparameters": {"batch_size": 1, "n_epochs": 1},
-                },
-            },
-            "agentrft": {
+        job = secret_job(tmp_path, url)
+        job["seed"] = 3
+        job["method"]["reinforcement"]["hyperparameters"] = {"batch_size": 1, "n_epochs": 1}
+        del job["agentrft"]["environment"]  # the tool server runs here
+        job["agentrft"].update(
+            {
                 "group_size": 2,
                 "dtype": "fp32",
                 "prefill": '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>',
                 "sampling": {"max_tokens_per_turn": 4, "max_tokens_per_episode": 8},
                 "train": {"max_steps": 1, "checkpoint_interval": 1},
-                "judge": {"headers": {"Authorization": "judge-secret-6"}},
-            },
-        }
+            }
+        )
         (tmp_path / "job.json").write_text(json.dumps(job))
         run_dir = tmp_path / "run"
         assert main(["train", str(tmp_path / "job.json"), "--out", str(run_dir)]) == 0

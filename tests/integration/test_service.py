@@ -22,7 +22,8 @@ import httpx
 import pytest
 import torch
 import yaml
-from safetensors.torch import load_file
+
+from tests.integration.test_train import adapter, make_job
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.integration
@@ -215,52 +216,20 @@ def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str, exe
         service.stop()
 
 
-def _adapter(ckpt: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(ckpt / "adapter" / "adapter_model.safetensors"))
-
-
 @pytest.mark.slow  # two 3-step trainings and two server starts: minutes on a laptop CPU
 def test_kill_9_mid_job_then_restart_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    rows = [
-        ("apple", "Say the word apple."),
-        ("river", "Say the word river."),
-        ("green", "Say the word green."),
-        ("seven", "Say the word seven."),
-    ]
-    (tmp_path / "train.jsonl").write_text(
-        "".join(
-            json.dumps({"messages": [{"role": "user", "content": q}], "answer": a}) + "\n"
-            for a, q in rows
-        )
-    )
-    method = {
-        "type": "reinforcement",
-        "reinforcement": {
-            "grader": {
-                "type": "text_similarity",
-                "name": "sim",
-                "input": "{{sample.output_text}}",
-                "reference": "{{item.answer}}",
-                "evaluation_metric": "fuzzy_match",
-            },
-            "hyperparameters": {"batch_size": 2, "n_epochs": 2, "learning_rate_multiplier": 5},
-        },
-    }
-    ext = {
-        "group_size": 4,
-        "dtype": "fp32",
-        "sampling": {"temperature": 1.0, "max_tokens_per_turn": 6, "max_tokens_per_episode": 6},
-        "train": {"checkpoint_interval": 1, "max_steps": 3},
-    }
+    # agentrft train's resume test job (test_train.py), sent through the API
+    job_file = json.loads(make_job(tmp_path, 3).read_text())
+    method, ext = job_file["method"], job_file["agentrft"]
     data = tmp_path / "data"
     service = ServiceProcess(data)
     try:
         with service.client() as client:
             f = client.files.create(file=(tmp_path / "train.jsonl").open("rb"), purpose="fine-tune")
             job = client.fine_tuning.jobs.create(
-                model="smollm2-135m-instruct",
+                model=job_file["model"],
                 training_file=f.id,
-                seed=5,
+                seed=job_file["seed"],
                 method=method,
                 extra_body={"agentrft": ext},
             )
@@ -297,7 +266,7 @@ def test_kill_9_mid_job_then_restart_matches_an_uninterrupted_run(tmp_path: Path
     from agentrft.train.loop import train
 
     train(load_job(ref / "job.json"), ref / "run")
-    a, b = _adapter(ref / "run/checkpoints/step-3"), _adapter(run / "checkpoints/step-3")
+    a, b = adapter(ref / "run/checkpoints/step-3"), adapter(run / "checkpoints/step-3")
     assert a.keys() == b.keys()
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
