@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from tests.integration.test_train import adapter, make_job
+from tests.unit.service.conftest import wait_status
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.integration
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart"
 KEY = "sk-integration"
+FINISHED = {"succeeded", "failed", "cancelled"}
 
 
 def free_port() -> int:
@@ -110,16 +112,6 @@ def tool_server() -> Iterator[str]:
     thread.join(timeout=10)
 
 
-def wait_for(client, job_id: str, statuses: set[str], timeout_s: float):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        job = client.fine_tuning.jobs.retrieve(job_id)
-        if job.status in statuses:
-            return job
-        assert time.monotonic() < deadline, f"{job_id} still {job.status}"
-        time.sleep(0.5)
-
-
 @pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
 def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str, executor: str) -> None:
     if executor == "ray":
@@ -164,7 +156,7 @@ def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str, exe
                 },
                 extra_body={"agentrft": ext},
             )
-            done = wait_for(client, job.id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
+            done = wait_status(client, job.id, FINISHED, timeout_s=300, poll_s=0.5)
             assert done.status == "succeeded", (
                 done.error,
                 (tmp_path / "data/jobs" / job.id / "worker.log").read_text()[-3000:],
@@ -246,7 +238,7 @@ def test_kill_9_mid_job_then_restart_matches_an_uninterrupted_run(tmp_path: Path
 
         service = ServiceProcess(data)
         with service.client() as client:
-            done = wait_for(client, job.id, {"succeeded", "failed", "cancelled"}, timeout_s=300)
+            done = wait_status(client, job.id, FINISHED, timeout_s=300, poll_s=0.5)
             assert done.status == "succeeded", done.error
             steps = sorted(
                 e.data["step"]

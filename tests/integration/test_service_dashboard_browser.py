@@ -12,21 +12,22 @@ import pytest
 from PIL import Image
 
 from tests.integration.test_report_browser import chromium
-from tests.unit.service.conftest import KEY_A, REPO, Server, create_job, openai, upload, wait_status
+from tests.unit.service.conftest import (
+    KEY_A,
+    create_job,
+    fake_worker_server,
+    sdk_client,
+    upload,
+    wait_status,
+)
 
 pytestmark = pytest.mark.browser
 
 
 def test_dashboard_renders_a_running_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    server = Server(
-        tmp_path / "data",
-        api_keys=frozenset({KEY_A}),
-        worker_module="tests.unit.service.fake_worker",
-        poll_s=0.05,
-    )
+    server = fake_worker_server(tmp_path / "data", monkeypatch, api_keys=frozenset({KEY_A}))
     try:
-        with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY_A, max_retries=0) as client:
+        with sdk_client(server, KEY_A) as client:
             job = create_job(
                 client, upload(client).id, metadata={"fake_steps": "200", "fake_step_s": "0.1"}
             )

@@ -8,26 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.service.conftest import KEY_A, REPO, Server, create_job, openai, upload, wait_status
+from tests.unit.service.conftest import (
+    KEY_A,
+    create_job,
+    fake_worker_server,
+    sdk_client,
+    upload,
+    wait_status,
+)
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.integration
 
 
 def test_jobs_run_as_ray_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    server = Server(
-        tmp_path / "data",
-        api_keys=frozenset({KEY_A}),
-        worker_module="tests.unit.service.fake_worker",
-        poll_s=0.05,
-        executor="ray",
-        workers=2,
+    server = fake_worker_server(
+        tmp_path / "data", monkeypatch, api_keys=frozenset({KEY_A}), executor="ray", workers=2
     )
     try:
-        with openai.OpenAI(
-            base_url=server.url + "/v1", api_key=KEY_A, max_retries=0, timeout=60
-        ) as client:
+        with sdk_client(server, KEY_A, timeout=60) as client:
             f = upload(client)
             job = create_job(client, f.id, metadata={"fake_steps": "3"})
             done = wait_status(client, job.id, {"succeeded", "failed"}, timeout_s=120)

@@ -77,33 +77,35 @@ class Server:
         self.thread.join(timeout=30)
 
 
+def fake_worker_server(data_dir: Path, monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> Server:
+    """A Server whose jobs run on the fake worker (no model), polled every 50 ms."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return Server(data_dir, worker_module="tests.unit.service.fake_worker", poll_s=0.05, **kwargs)
+
+
 @pytest.fixture
 def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    server = Server(
-        tmp_path / "data",
-        api_keys=frozenset({KEY_A, KEY_B}),
-        workers=2,
-        worker_module="tests.unit.service.fake_worker",
-        poll_s=0.05,
+    server = fake_worker_server(
+        tmp_path / "data", monkeypatch, api_keys=frozenset({KEY_A, KEY_B}), workers=2
     )
     yield server
     server.stop()
 
 
+def sdk_client(server: Server, key: str, timeout: float = 30):
+    """The openai SDK's client of `server`, calling with `key`, never retrying."""
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=timeout)
+
+
 @pytest.fixture
 def alice(service: Server):
-    with openai.OpenAI(
-        base_url=service.url + "/v1", api_key=KEY_A, max_retries=0, timeout=30
-    ) as client:
+    with sdk_client(service, KEY_A) as client:
         yield client
 
 
 @pytest.fixture
 def bob(service: Server):
-    with openai.OpenAI(
-        base_url=service.url + "/v1", api_key=KEY_B, max_retries=0, timeout=30
-    ) as client:
+    with sdk_client(service, KEY_B) as client:
         yield client
 
 
@@ -131,14 +133,16 @@ def create_job(client, training_file: str, *, metadata: dict | None = None, **ex
     )
 
 
-def wait_status(client, job_id: str, statuses: set[str], timeout_s: float = 20):
+def wait_status(
+    client, job_id: str, statuses: set[str], timeout_s: float = 20, poll_s: float = 0.05
+):
     deadline = time.monotonic() + timeout_s
     while True:
         job = client.fine_tuning.jobs.retrieve(job_id)
         if job.status in statuses:
             return job
         assert time.monotonic() < deadline, f"job {job_id} stayed {job.status}"
-        time.sleep(0.05)
+        time.sleep(poll_s)
 
 
 def raw(

@@ -10,9 +10,10 @@ import pytest
 from tests.unit.service.conftest import (
     GRADER,
     KEY_A,
-    Server,
     create_job,
+    fake_worker_server,
     openai,
+    sdk_client,
     upload,
     wait_status,
 )
@@ -133,16 +134,8 @@ def test_pause_and_resume_continue_from_the_checkpoint(alice) -> None:
 
 
 def test_a_restart_loses_no_job(tmp_path, monkeypatch) -> None:
-    from tests.unit.service.conftest import REPO
-
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    kwargs = {
-        "api_keys": frozenset({KEY_A}),
-        "worker_module": "tests.unit.service.fake_worker",
-        "poll_s": 0.05,
-    }
-    server = Server(tmp_path / "data", **kwargs)
-    with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY_A, max_retries=0) as client:
+    server = fake_worker_server(tmp_path / "data", monkeypatch, api_keys=frozenset({KEY_A}))
+    with sdk_client(server, KEY_A) as client:
         job = create_job(
             client, upload(client).id, metadata={"fake_steps": "5", "fake_step_s": "0.3"}
         )
@@ -151,9 +144,9 @@ def test_a_restart_loses_no_job(tmp_path, monkeypatch) -> None:
         while not client.fine_tuning.jobs.checkpoints.list(job.id).data:
             time.sleep(0.05)
     server.stop()
-    server = Server(tmp_path / "data", **kwargs)
+    server = fake_worker_server(tmp_path / "data", monkeypatch, api_keys=frozenset({KEY_A}))
     try:
-        with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY_A, max_retries=0) as client:
+        with sdk_client(server, KEY_A) as client:
             assert wait_status(client, job.id, {"succeeded", "failed"}).status == "succeeded"
             assert wait_status(client, queued.id, {"succeeded", "failed"}).status == "succeeded"
             events = list(client.fine_tuning.jobs.list_events(job.id, limit=100))
