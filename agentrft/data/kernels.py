@@ -171,7 +171,8 @@ def load_tasks(path: str | Path, *, run: bool = True) -> list[KernelTask]:
             f"{path}: expected `tasks:` followed by a list of tasks (see agentrft.data.kernels)"
         )
     nodes = next(v for k, v in root.value if k.value == "tasks").value  # type: ignore[union-attr]
-    tasks, seen = [], {}
+    tasks: list[KernelTask] = []
+    seen: dict[str, str] = {}
     for raw, node in zip(data["tasks"], nodes, strict=True):
         where = f"{path}:{node.start_mark.line + 1}"
         task = parse_task(raw, where)
@@ -324,7 +325,7 @@ def prompt(task: KernelTask) -> str:
     sizes = ", ".join(f"{k}={v}" for k, v in task.timing.items())
     banned = f" Do not call {', '.join(task.forbid)}." if task.forbid else ""
     return (
-        f"Reference implementation:\n```python\n{task.reference.rstrip()}\n```\n"
+        f"Task: {task.name}\nReference implementation:\n```python\n{task.reference.rstrip()}\n```\n"
         f"Inputs:\n{describe_args(task)}\n"
         f"Write a faster `kernel({params})` in PyTorch that returns the same result "
         f"(timed at {sizes}). Do not call `reference`.{banned}"
