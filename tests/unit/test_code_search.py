@@ -4,12 +4,11 @@ indexing a git revision without checking it out."""
 from __future__ import annotations
 
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from agentrft.tools.code_search import CodeIndex, numbered, words
+from tests.unit.git_repos import git
 
 
 def test_words_split_identifiers_and_drop_stopwords():
@@ -58,35 +57,20 @@ def test_numbered_output_puts_the_path_after_its_number():
     assert lines[1].startswith("2. README.md")
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-    }
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], env=env, capture_output=True, check=True, text=True
-    ).stdout.strip()
-
-
 def test_from_git_indexes_the_revision_not_the_work_tree(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     (repo / "old.py").write_text("def shiny_widget(): pass\n")
     (repo / "data.bin").write_bytes(b"\x00\x01shiny")
     os.symlink("old.py", repo / "link.py")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "one")
-    rev = _git(repo, "rev-parse", "HEAD")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+    rev = git(repo, "rev-parse", "HEAD")
     (repo / "old.py").write_text("nothing here\n")
     (repo / "new.py").write_text("def shiny_widget(): pass\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "two")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "two")
     index = CodeIndex.from_git(repo, rev)
     assert index.paths == ["data.bin", "old.py"]  # the symlink is left out; new.py came later
     assert [h.path for h in index.search("shiny widget")] == ["old.py"]

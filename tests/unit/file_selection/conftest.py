@@ -4,17 +4,16 @@ commit (fixed dates, no host git configuration), and fresh copies of the recipe'
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.unit.git_repos import T0, git
 from tests.unit.recipe_env import load_fresh
 
 RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
-T0 = 1_700_000_000  # commit times are T0 + minutes, so the time split is deterministic
 
 
 class GitRepo:
@@ -24,19 +23,8 @@ class GitRepo:
         self.git("init", "-q", "-b", "main")
 
     def git(self, *args: str | bytes) -> str:
-        env = {
-            **os.environ,
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@example.com",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@example.com",
-        }
-        when = f"@{T0 + 60 * self.minute} +0000"
-        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = when
-        out = subprocess.run(
-            ["git", "-C", str(self.path), *args], env=env, capture_output=True, check=True
-        )
-        return out.stdout.decode().strip()
+        # commit times are T0 + minutes, so the time split is deterministic
+        return git(self.path, *args, when=T0 + 60 * self.minute)
 
     def write(self, rel: str | bytes, content: str | bytes = "x\n") -> None:
         full = os.path.join(os.fsencode(self.path), os.fsencode(rel))

@@ -3,14 +3,13 @@ dates, no host git configuration) and fresh copies of the recipe's env.py."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.unit.git_repos import git
 from tests.unit.recipe_env import load_fresh
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -61,25 +60,6 @@ def build_cli(prog: str = "pkgtool", verbose: bool = False) -> argparse.Argument
 ''',
     "broken.py": "def nope(:\n",
 }
-
-
-def git(path: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "GIT_AUTHOR_DATE": "@1700000000 +0000",
-        "GIT_COMMITTER_DATE": "@1700000000 +0000",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-    }
-    return (
-        subprocess.run(["git", "-C", str(path), *args], env=env, capture_output=True, check=True)
-        .stdout.decode()
-        .strip()
-    )
 
 
 @pytest.fixture
