@@ -79,25 +79,20 @@ def test_math_errors_raise_formula_error(text: str) -> None:
         ev(text, a=1.0, b=0.0)
 
 
-def sc(value: str) -> dict[str, Any]:
-    """A string_check sub-grader scoring 1 when the output equals `value`."""
+def sc(value: str, operation: str = "eq") -> dict[str, Any]:
+    """A string_check sub-grader scoring 1 when the output equals `value` (or, with
+    operation "like", contains it)."""
     return {
         "type": "string_check",
         "name": value,
         "input": "{{sample.output_text}}",
         "reference": value,
-        "operation": "eq",
+        "operation": operation,
     }
 
 
 def like(value: str) -> dict[str, Any]:
-    return {
-        "type": "string_check",
-        "name": value,
-        "input": "{{sample.output_text}}",
-        "reference": value,
-        "operation": "like",
-    }
+    return sc(value, "like")
 
 
 def test_multi_combines_sub_scores() -> None:
