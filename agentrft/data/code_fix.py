@@ -436,17 +436,41 @@ def _resolve(repo: Path, rev: str) -> str:
     return proc.stdout.strip()
 
 
-def _request(m: Mutation, test: str, detail: str, hint: str, source: str) -> str:
-    text = detail if len(detail) <= OUTPUT_MAX_CHARS else "..." + detail[-OUTPUT_MAX_CHARS:]
-    parts = [f"The test `{test}` fails:\n```\n{text}\n```"]
+def request(row: dict[str, Any], hint: str, source: str) -> str:
+    """The row's request: the failing test and its output, and with `hint` "function" or
+    "line" the buggy function (from `source`, the file with the bug) with line numbers."""
+    m = row["mutation"]
+    path = row["files"][0]
+    parts = [f"The test `{row['shown_test']}` fails:\n```\n{row['shown_output']}\n```"]
     if hint in ("function", "line"):
-        fn = next(n for name, n in _functions(ast.parse(source)) if name == m.function)
+        fn = next(n for name, n in _functions(ast.parse(source)) if name == m["function"])
         lines = source.splitlines()
         first, last = fn.lineno, fn.end_lineno or fn.lineno  # type: ignore[attr-defined]
         shown = "\n".join(f"{n}: {lines[n - 1]}" for n in range(first, last + 1))
-        parts.append(f"The code under test, `{m.function}` in {m.path}:\n```\n{shown}\n```")
-    parts.append(f"Fix the bug in {m.path} (not the test) so that the tests pass.")
+        parts.append(f"The code under test, `{m['function']}` in {path}:\n```\n{shown}\n```")
+    parts.append(f"Fix the bug in {path} (not the test) so that the tests pass.")
     return "\n\n".join(parts)
+
+
+def hinted(row: dict[str, Any], hint: str) -> dict[str, Any]:
+    """The same row with the request (and prefill) of another `hint` level; the bug's file
+    is read from the row's repository at its commit."""
+    if hint not in HINTS:
+        raise ConfigError(f"hint {hint!r} is not one of {', '.join(HINTS)}")
+    m, path = row["mutation"], row["files"][0]
+    proc = subprocess.run(
+        ["git", "-C", str(row["repo"]), "show", f"{row['commit']}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = proc.stdout.splitlines(keepends=True)
+    lines[m["line"] - 1] = m["after"] + "\n"
+    out = {k: v for k, v in row.items() if k != "prefill"}
+    out["messages"] = [{"role": "user", "content": request(row, hint, "".join(lines))}]
+    if hint == "line":
+        out["prefill"] = edit_prefill(path, m["after"].strip())
+    return out
 
 
 def edit_prefill(path: str, old: str) -> str:
@@ -471,9 +495,9 @@ def build_dataset(
     rev: str = "HEAD",
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
-    tests: Sequence[str] = DEFAULT_TESTS,
+    tests: Sequence[str] | None = DEFAULT_TESTS,
     test_command: str = DEFAULT_TEST_COMMAND,
-    kinds: Sequence[str] = KINDS,
+    kinds: Sequence[str] | None = KINDS,
     max_per_file: int = DEFAULT_MAX_PER_FILE,
     max_per_function: int = DEFAULT_MAX_PER_FUNCTION,
     min_failing: int = 1,
@@ -488,6 +512,8 @@ def build_dataset(
     node ids and --junitxml). `log(line)` hears progress."""
     from agentrft.tools.repo_workspace import create_workspace
 
+    tests = tests or DEFAULT_TESTS
+    kinds = kinds or KINDS
     repo = Path(repo).resolve()
     if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
         raise ConfigError(f"{repo} is not a git repository; give the path of a local clone")
@@ -577,22 +603,18 @@ def build_dataset(
                 if reason:
                     report.dropped[reason] += 1
                     continue
-                shown = failing[0]
+                detail = run.details.get(failing[0], "")
                 row: dict[str, Any] = {
-                    "messages": [
-                        {
-                            "role": "user",
-                            "content": _request(
-                                m, shown, run.details.get(shown, ""), hint, m.source
-                            ),
-                        }
-                    ],
+                    "messages": [],
                     "repo": str(repo),
                     "commit": commit,
                     "files": [path],
                     "patch": m.patch(original),
                     "tests": covering,
-                    "shown_test": shown,
+                    "shown_test": failing[0],
+                    "shown_output": detail
+                    if len(detail) <= OUTPUT_MAX_CHARS
+                    else "..." + detail[-OUTPUT_MAX_CHARS:],
                     "failing": failing,
                     "passing_clean": len(clean.passed),
                     "test_command": test_command,
@@ -604,6 +626,7 @@ def build_dataset(
                         "after": m.after,
                     },
                 }
+                row["messages"] = [{"role": "user", "content": request(row, hint, m.source)}]
                 if hint == "line":
                     row["prefill"] = edit_prefill(path, m.after.strip())
                 rows.setdefault(path, []).append(row)

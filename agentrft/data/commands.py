@@ -81,6 +81,32 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     return 0 if report.train else 1
 
 
+def cmd_code_fix(args: argparse.Namespace) -> int:
+    from agentrft.console import console
+    from agentrft.data.code_fix import build_dataset
+
+    t0 = time.perf_counter()
+    report = build_dataset(
+        args.repo,
+        args.out,
+        rev=args.rev,
+        include=args.include,
+        exclude=args.exclude,
+        tests=args.tests or None,
+        test_command=args.test_command,
+        kinds=args.kind or None,
+        max_per_file=args.max_per_file,
+        max_per_function=args.max_per_function,
+        min_failing=args.min_failing,
+        val_fraction=args.val_fraction,
+        hint=args.hint,
+        seed=args.seed,
+        log=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True),
+    )
+    _print_report(report.lines(), args.out, t0)
+    return 0 if report.kept else 1
+
+
 def add_commands(subparsers: Any) -> None:
     """Register `data` and its subcommands on the top-level parser's subparsers."""
     data = subparsers.add_parser("data", help="build datasets")
@@ -238,3 +264,78 @@ def add_commands(subparsers: Any) -> None:
         "--seed", type=int, default=1234, help="seed of every row's random inputs (default 1234)"
     )
     k.set_defaults(func=cmd_kernels)
+
+    from agentrft.data import code_fix as cf
+
+    c = sub.add_parser(
+        "code-fix",
+        help="bug-fixing tasks from a Python project and its own tests",
+        description="Inject one single-line bug (flipped comparison, off-by-one, wrong operator, dropped "
+        "negation) into a function with Python's ast, run the project's tests in the sandbox, and keep the bug "
+        "only where a test fails with it (every test must pass without it). Each row asks to fix the failing "
+        "test. Split by source file: held-out rows are about other code.",
+    )
+    c.add_argument("repo", help="path of a local git repository")
+    c.add_argument("--out", required=True, help="output directory for train.jsonl and val.jsonl")
+    c.add_argument("--rev", default="HEAD", help="revision to read (default HEAD)")
+    c.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="source files to inject bugs into (gitignore syntax; repeatable; default every .py that is not a test)",
+    )
+    c.add_argument(
+        "--exclude", action="append", default=[], metavar="GLOB", help="source files to skip"
+    )
+    c.add_argument(
+        "--tests",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help=f"test files (repeatable; default {' '.join(cf.DEFAULT_TESTS)}); a test file covers a source file it imports or is named after",
+    )
+    c.add_argument(
+        "--test-command",
+        default=cf.DEFAULT_TEST_COMMAND,
+        help=f"pytest command the test files are appended to; `python` is this interpreter (default {cf.DEFAULT_TEST_COMMAND!r})",
+    )
+    c.add_argument(
+        "--kind",
+        action="append",
+        choices=cf.KINDS,
+        default=[],
+        help="bug kinds (repeatable; default all)",
+    )
+    c.add_argument(
+        "--max-per-file",
+        type=int,
+        default=cf.DEFAULT_MAX_PER_FILE,
+        help=f"bugs tried per file (default {cf.DEFAULT_MAX_PER_FILE})",
+    )
+    c.add_argument(
+        "--max-per-function",
+        type=int,
+        default=cf.DEFAULT_MAX_PER_FUNCTION,
+        help=f"bugs tried per function (default {cf.DEFAULT_MAX_PER_FUNCTION})",
+    )
+    c.add_argument(
+        "--min-failing",
+        type=int,
+        default=1,
+        help="keep a bug only when at least this many tests fail (default 1; 2 keeps one held back)",
+    )
+    c.add_argument(
+        "--val-fraction",
+        type=float,
+        default=cf.DEFAULT_VAL_FRACTION,
+        help=f"share of source files held out (default {cf.DEFAULT_VAL_FRACTION})",
+    )
+    c.add_argument(
+        "--hint",
+        choices=cf.HINTS,
+        default="none",
+        help="none: the failing test only; function: and the buggy function; line: and an edit call prefilled on the buggy line",
+    )
+    c.add_argument("--seed", type=int, default=0, help="which bugs are tried (default 0)")
+    c.set_defaults(func=cmd_code_fix)

@@ -251,9 +251,11 @@ def _files(root: Path) -> dict[str, Path]:
 
 def graded_tree(ctx: TraceContext, item: dict[str, Any]) -> dict[str, Any]:
     """The tree the graders read, made once per trace: a fresh export of the original commit
-    plus the rollout's changes to existing, unprotected files. Returns {"tree", "changes":
-    {path: new text or None (deleted)}, "original": {path: text}, "unfixed": the changes
-    are exactly the bug}."""
+    plus the rollout's final text of existing, unprotected files (test files, conftest.py,
+    pytest's config and any file the rollout made stay as in the original). Returns {"tree",
+    "start": {path: text when the rollout began (with the bug)}, "final": {path: text at the
+    end, None when deleted}} over the files the rollout changed and the bug's files, and
+    "unfixed": every bug file is as the bug left it."""
     with ctx.lock:
         if "graded" in ctx.state:
             cached: dict[str, Any] = ctx.state["graded"]
@@ -266,25 +268,21 @@ def graded_tree(ctx: TraceContext, item: dict[str, Any]) -> dict[str, Any]:
         "commit",
     )
     try:
-        before = {p: (tree / p).read_text() for p in item.get("files") or []}
+        bug_files = list(item.get("files") or [])
         apply_patch(tree, str(item.get("patch") or ""))
-        bug = {p: (tree / p).read_text() for p in before}
-        for p, text in before.items():
-            (tree / p).write_text(text)
-        changes: dict[str, str | None] = {}
-        if root is None:  # no tool call at all: the workspace would be the bug
-            changes = dict(bug)
-        else:
+        start = {p: (tree / p).read_text() for p in bug_files}  # the tree is now the bug's
+        final: dict[str, str | None] = dict(start)  # no tool call: the bug is all there is
+        if root is not None:
             now = _files(root)
             for path, full in _files(tree).items():
                 if protected(path, item):
                     continue
                 if path not in now:
-                    changes[path] = None
-                elif now[path].read_bytes() != full.read_bytes():
-                    changes[path] = now[path].read_text(errors="replace")
-        original = {p: (tree / p).read_text(errors="replace") for p in changes}
-        for path, text in changes.items():
+                    final[path] = None
+                elif now[path].read_bytes() != full.read_bytes() or path in start:
+                    final[path] = now[path].read_text(errors="replace")
+        for path, text in final.items():
+            start.setdefault(path, (tree / path).read_text(errors="replace"))
             if text is None:
                 (tree / path).unlink()
             else:
@@ -292,7 +290,8 @@ def graded_tree(ctx: TraceContext, item: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         shutil.rmtree(tree, ignore_errors=True)
         raise
-    graded = {"tree": tree, "changes": changes, "original": original, "unfixed": changes == bug}
+    unfixed = all(final.get(p) == start[p] for p in bug_files)
+    graded = {"tree": tree, "start": start, "final": final, "unfixed": unfixed}
     with ctx.lock:
         ctx.state["graded"] = graded
     return graded
@@ -302,7 +301,7 @@ def graded_tree(ctx: TraceContext, item: dict[str, Any]) -> dict[str, Any]:
 def tests(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     """The gate: the row's tests pass on the graded tree, held-back tests included."""
     g = graded_tree(ctx, item)
-    if g["unfixed"] or not g["changes"]:
+    if g["unfixed"]:
         return {"score": 0.0, "metrics": {"why": "the bug is still in the code"}}
     with TEST_RUNS:
         run = run_tests(g["tree"], list(item.get("tests") or []), str(item.get("test_command")))
@@ -372,21 +371,20 @@ def style(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> di
     """Deterministic style: diff size against the minimal fix, no debug print, lint clean."""
     g = graded_tree(ctx, item)
     minimal = max(changed_lines(*_patch_sides(str(item.get("patch") or ""))), 1)
-    size = sum(changed_lines(g["original"][p], t or "") for p, t in g["changes"].items())
+    edited = {p: (g["start"][p], t or "") for p, t in g["final"].items() if t != g["start"][p]}
+    size = sum(changed_lines(a, b) for a, b in edited.values())
     diff = min(1.0, minimal / size) if size else 0.0
     added = [
         line
-        for p, t in g["changes"].items()
-        for line in difflib.unified_diff(
-            g["original"][p].splitlines(), (t or "").splitlines(), lineterm="", n=0
-        )
+        for a, b in edited.values()
+        for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
         if line.startswith("+") and not line.startswith("+++")
     ]
     no_debug = 0.0 if any(_DEBUG.search(line) for line in added) else 1.0
     new_findings = sum(
-        max(0, ruff_findings(t, p, g["tree"]) - ruff_findings(g["original"][p], p, g["tree"]))
-        for p, t in g["changes"].items()
-        if t is not None and p.endswith(".py")
+        max(0, ruff_findings(b, p, g["tree"]) - ruff_findings(a, p, g["tree"]))
+        for p, (a, b) in edited.items()
+        if p.endswith(".py") and g["final"][p] is not None
     )
     lint = 1.0 if new_findings == 0 else 0.0
     return {

@@ -184,9 +184,11 @@ def dataset(project: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     return {"report": report, "rows": rows, "out": out}
 
 
-def row_for(dataset: dict[str, Any], function: str, kind: str) -> dict[str, Any]:
+def row_for(dataset: dict[str, Any], function: str, kind: str, after: str) -> dict[str, Any]:
+    """The row whose bug is `kind` in `function`, turning its line into `after` (stripped)."""
     for row in dataset["rows"]:
-        if row["mutation"]["function"] == function and row["mutation"]["kind"] == kind:
+        m = row["mutation"]
+        if (m["function"], m["kind"], m["after"].strip()) == (function, kind, after):
             return dict(row)
     raise AssertionError(
         f"no {kind} row for {function}: {[r['mutation'] for r in dataset['rows']]}"

@@ -1,0 +1,56 @@
+"""The recipe's files agree with each other: the jobs' tools are the environment's, the
+grader is a gate on the tests first, and `agentrft demo code_fix` finds the recipe."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrft import recipes
+from agentrft.graders import build_grader
+from agentrft.job import load_job
+
+from .conftest import RECIPE, load_env
+
+
+@pytest.mark.parametrize("job_file", ["job.yaml", "job_easy.yaml"])
+def test_the_jobs_tools_are_the_environments(job_file: str) -> None:
+    job = load_job(RECIPE / job_file)
+    served = {s["name"]: s for s in load_env().env.tool_specs()}
+    assert [t.name for t in job.rl.tools] == list(served)
+    for tool in job.rl.tools:
+        assert tool.parameters == served[tool.name]["parameters"]
+        assert tool.description == served[tool.name]["description"]
+        assert tool.server_url == served[tool.name]["server_url"]
+
+
+@pytest.mark.parametrize("job_file", ["job.yaml", "job_easy.yaml"])
+def test_the_grader_gates_on_the_tests_then_style_then_the_bonus(job_file: str) -> None:
+    spec = load_job(RECIPE / job_file).rl.grader
+    assert spec["type"] == "multi"
+    assert list(spec["graders"]) == ["tests", "style", "validated"]
+    assert spec["gate"] == {"grader": "tests", "threshold": 1, "on_fail": 0}
+    port = load_job(RECIPE / job_file).agentrft.environment.port
+    for sub in spec["graders"].values():
+        assert sub["type"] == "endpoint"
+        assert sub["url"].startswith(f"http://127.0.0.1:{port}/grade")
+    build_grader(spec)
+
+
+def test_the_demo_is_a_recipe() -> None:
+    assert "code_fix" in recipes.available()
+    demo = recipes.load("code_fix")
+    assert callable(demo.run) and callable(demo.run_seeds)
+
+
+def test_the_demo_moves_the_environment_and_graders_to_one_free_port(tmp_path) -> None:
+    demo = recipes.load("code_fix")
+    for name in demo.VARIANTS:
+        job = demo.variant_job(name, tmp_path, tmp_path / "out", 2, 3, None)
+        port = job.agentrft.environment.port
+        assert port not in (0, 8741)
+        urls = [g["url"] for g in job.rl.grader["graders"].values()]
+        assert all(u.startswith(f"http://127.0.0.1:{port}/grade") for u in urls)
+        assert job.seed == 3 and job.agentrft.train.max_steps == 2
+        assert json.dumps(job.rl.grader).count("8741") == 0
