@@ -33,6 +33,9 @@ VAL_ROWS = 24  # held-out questions evaluated, spread over the validation file
 EVAL_SAMPLES = 2  # rollouts per held-out question, before and after
 PREFLIGHT_ROWS, PREFLIGHT_K = 6, 8
 TAIL_CALLS = 4  # a rollout with more calls than this is in the tail the budget should remove
+WORKED_EXAMPLES = (
+    4  # one per kind whose first call shows the answer: where, returns, default, imports
+)
 
 
 def recall_of(record: dict[str, Any]) -> float | None:
@@ -90,7 +93,9 @@ def spread(items: list[Any], n: int) -> list[Any]:
 RECIPE = recipes.Recipe(
     title="repository research",
     folder=HERE,
-    build_data=functools.partial(build_dataset, REPO, rev=PINNED_REV, include=INCLUDE),
+    build_data=functools.partial(
+        build_dataset, REPO, rev=PINNED_REV, include=INCLUDE, worked_examples=WORKED_EXAMPLES
+    ),
     too_few_rows=f"{REPO}: too few questions for the demo",
     metric="fact recall",
     row_scores=recall_by_row,
