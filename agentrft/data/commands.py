@@ -5,7 +5,7 @@ agentrft data from-git REPO --out DIR [--max-files 8] [--val-fraction 0.2]
                                       [--worked-examples 2]
 agentrft data repo-qa REPO --out DIR [--rev REV] [--val-fraction 0.25] [--include GLOB ...]
                                      [--questions OWN.jsonl] [--kind KIND ...]
-agentrft data kernels --out DIR [--tasks TASKS.yaml] [--seed N]
+agentrft data kernels --out DIR [--tasks TASKS.yaml] [--seed N] [--prefill-signature]
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     from agentrft.data.kernels import DEFAULT_TASKS, build_dataset
 
     t0 = time.perf_counter()
-    report = build_dataset(args.tasks or DEFAULT_TASKS, args.out, seed=args.seed)
+    report = build_dataset(
+        args.tasks or DEFAULT_TASKS, args.out, seed=args.seed, prefill=args.prefill_signature
+    )
     _print_report(report.lines(), args.out, t0)
     return 0 if report.train else 1
 
@@ -262,6 +264,11 @@ def add_commands(subparsers: Any) -> None:
     )
     k.add_argument(
         "--seed", type=int, default=1234, help="seed of every row's random inputs (default 1234)"
+    )
+    k.add_argument(
+        "--prefill-signature",
+        action="store_true",
+        help="start each reply with the kernel's signature up to `return ` (the easier variant; local models only)",
     )
     k.set_defaults(func=cmd_kernels)
 

@@ -332,8 +332,20 @@ def prompt(task: KernelTask) -> str:
     )
 
 
-def task_row(task: KernelTask, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": prompt(task)}], **task.item(seed)}
+PREFILL_IMPORTS = "```python\nimport torch\nimport torch.nn.functional as F\n\n\n"
+
+
+def signature_prefill(task: KernelTask) -> str:
+    """The start of an answer up to the kernel's return expression (the easier variant: the
+    model writes one expression; the gates are the same)."""
+    return f"{PREFILL_IMPORTS}def kernel({', '.join(task.args)}):\n    return "
+
+
+def task_row(task: KernelTask, seed: int = DEFAULT_SEED, prefill: bool = False) -> dict[str, Any]:
+    row: dict[str, Any] = {"messages": [{"role": "user", "content": prompt(task)}]}
+    if prefill:
+        row["prefill"] = signature_prefill(task)
+    return {**row, **task.item(seed)}
 
 
 @dataclass(frozen=True)
@@ -349,15 +361,19 @@ class BuildReport:
         ]
 
 
-def build_dataset(tasks_path: str | Path, out: str | Path, seed: int = DEFAULT_SEED) -> BuildReport:
-    """train.jsonl and val.jsonl (by each task's `split`) in `out`, from a task file."""
+def build_dataset(
+    tasks_path: str | Path, out: str | Path, seed: int = DEFAULT_SEED, prefill: bool = False
+) -> BuildReport:
+    """train.jsonl and val.jsonl (by each task's `split`) in `out`, from a task file. With
+    `prefill`, each row's reply starts as its kernel's signature up to `return ` (the row's
+    own `prefill`, for local models only: a chat endpoint takes no prefill)."""
     from agentrft.data.from_git import _write_jsonl
 
     tasks = load_tasks(tasks_path)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    train = [task_row(t, seed) for t in tasks if t.split == "train"]
-    val = [task_row(t, seed) for t in tasks if t.split == "val"]
+    train = [task_row(t, seed, prefill) for t in tasks if t.split == "train"]
+    val = [task_row(t, seed, prefill) for t in tasks if t.split == "val"]
     _write_jsonl(out / "train.jsonl", train)
     _write_jsonl(out / "val.jsonl", val)
     return BuildReport(len(train), len(val), tasks)

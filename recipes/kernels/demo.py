@@ -28,7 +28,7 @@ from agentrft.train.loop import train
 HERE = Path(__file__).resolve().parent
 BEST_OF = 3  # the talk's best-of-3 at inference
 VAL_ROWS = 8  # every held-out task
-PREFLIGHT_ROWS, PREFLIGHT_K = 8, 4
+PREFLIGHT_ROWS, PREFLIGHT_K = 6, 4
 GATES = ("static", "checked.correct")
 
 _file_selection = recipes.load("file_selection")  # demo_job: the job pointed at the demo's data
@@ -134,9 +134,12 @@ def run(
         )
 
     console.rule(
-        "5/5 the easier variant (job_easy.yaml): same gates, same tasks, a prefilled start"
+        "5/5 the easier variant (job_easy.yaml): same gates and tasks, replies prefilled up to `return `"
     )
-    easy = _file_selection.demo_job(out / "data", out, steps, seed, HERE / "job_easy.yaml")
+    build_dataset(HERE / "tasks.yaml", out / "data-easy", prefill=True)
+    easy = _file_selection.demo_job(out / "data-easy", out, steps, seed, HERE / "job_easy.yaml")
+    train_items = load_dataset(out / "data-easy/train.jsonl")[:PREFLIGHT_ROWS]
+    val_items = load_dataset(out / "data-easy/val.jsonl")[:VAL_ROWS]
     easy_rep = preflight_job(easy, train_items, PREFLIGHT_K, out / "easy-preflight")
     print_preflight(easy_rep)
     summary["easy_preflight"] = {
@@ -147,6 +150,10 @@ def run(
         easy, val_items, out / "easy-baseline", "easy variant, base model"
     )
     show_best(read_jsonl(out / "easy-baseline/rollouts.jsonl"), "easy variant, held-out task")
+    if easy_rep["verdict"] in ("learnable", "weak_signal"):
+        console.print(
+            "the easier variant has signal: `agentrft train recipes/kernels/job_easy.yaml` trains it (not part of the timed demo)"
+        )
 
     summary["wall_s"] = time.perf_counter() - t0
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -20,6 +20,7 @@ thread (the sandbox sets OMP_NUM_THREADS=1; the gate refuses set_num_threads).
 
 from __future__ import annotations
 
+import ast
 import io
 import math
 import re
@@ -39,6 +40,7 @@ MIN_SPEEDUP = 1.1  # below this a speedup is timing noise: no bonus
 FULL_SPEEDUP = 8.0  # log-speedup reaches the full reward here
 CORRECT_FLOOR = 0.2  # a correct kernel no faster than the reference
 
+_KERNEL = re.compile(r"^def kernel\s*\(", re.M)
 _CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 # The child: load the submission, call it on each input, send outputs and times back.
@@ -92,12 +94,22 @@ finish()
 
 
 def extract_code(text: str) -> str | None:
-    """The submitted code: the last fenced block that defines `kernel` (a block cut off at
-    the end counts), else the whole answer when it defines `kernel`."""
-    blocks = [b for b in _CODE.findall(text or "") if "def kernel" in b]
-    if blocks:
-        return blocks[-1]
-    return text if text and "def kernel" in text else None
+    """The submitted code: the last fenced block that defines `kernel` at its top level (one
+    that parses wins over one that does not; a block cut off at the end counts), else the
+    whole answer when it defines `kernel`."""
+    blocks = [b for b in _CODE.findall(text or "") if _KERNEL.search(b)]
+    parsed = [b for b in blocks if _parses(b)]
+    if parsed or blocks:
+        return (parsed or blocks)[-1]
+    return text if text and _KERNEL.search(text) else None
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
 
 
 def speed_score(t_reference: float, t_kernel: float) -> float:

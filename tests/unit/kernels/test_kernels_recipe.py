@@ -4,6 +4,7 @@ errors naming file and line; the shipped data is what `agentrft data kernels` bu
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -81,12 +82,30 @@ def test_the_answers_code_block_is_the_submission(grading: Any) -> None:
     assert grading.extract_code("no code here") is None
 
 
-def test_the_shipped_data_is_what_the_builder_makes(tmp_path: Path) -> None:
-    assert main(["data", "kernels", "--out", str(tmp_path)]) == 0
+@pytest.mark.parametrize(
+    ("folder", "flags"), [("data", []), ("data-easy", ["--prefill-signature"])]
+)
+def test_the_shipped_data_is_what_the_builder_makes(
+    tmp_path: Path, folder: str, flags: list[str]
+) -> None:
+    assert main(["data", "kernels", "--out", str(tmp_path), *flags]) == 0
     for split in ("train", "val"):
         assert (tmp_path / f"{split}.jsonl").read_text() == (
-            RECIPE / "data" / f"{split}.jsonl"
+            RECIPE / folder / f"{split}.jsonl"
         ).read_text()
+
+
+def test_the_easy_variants_prefill_plus_one_expression_is_a_submission(
+    static_checks: Any, grading: Any, tmp_path: Path
+) -> None:
+    build_dataset(DEFAULT_TASKS, tmp_path, prefill=True)
+    row = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
+    assert row["task"] == "softmax_rows"
+    item = {k: v for k, v in row.items() if k not in ("messages", "prefill")}
+    good = row["prefill"] + "torch.softmax(x, dim=-1)\n```\nThis uses the fused op."
+    assert static_checks.problems(grading.extract_code(good), item) == []
+    for hack in ("reference(x)\n```", "x\n```", "x.clone()\n```"):  # the gates still hold
+        assert static_checks.problems(grading.extract_code(row["prefill"] + hack), item)
 
 
 def test_task_list_is_big_enough_and_split(tmp_path: Path) -> None:
