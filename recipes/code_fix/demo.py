@@ -47,14 +47,15 @@ MAX_PER_FILE = 6
 EVAL_SAMPLES = 2  # rollouts per held-out row, before and after
 PREFLIGHT_ROWS, PREFLIGHT_K = 6, 4
 NO_REWARD = "no_reward: this model never passes the gate"
-VARIANTS = {  # name -> (hint level, job file)
-    "task": ("none", "job.yaml"),
-    "easier": ("line", "job_easy.yaml"),
+VARIANTS = {  # name -> (hint level, job file, data folder: the one the job file reads)
+    "task": ("none", "job.yaml", "data"),
+    "easier": ("line", "job_easy.yaml", "data-easy"),
 }
 
 
 def build_data(out: Path) -> dict[str, Path]:
-    """The rows once (the bugs and their test runs), then each variant's prompt of them."""
+    """The rows once (the bugs and their test runs: out/data, the task as is), then the
+    easier variant's prompt of the same bugs (out/data-easy)."""
     report = build_dataset(
         REPO, out / "data", rev=PINNED_REV, include=INCLUDE, max_per_file=MAX_PER_FILE
     )
@@ -64,17 +65,14 @@ def build_data(out: Path) -> dict[str, Path]:
         raise ConfigError(
             f"{REPO}: too few bugs kept for the demo ({report.train} train / {report.val} validation rows)"
         )
-    dirs = {}
-    for name, (hint, _) in VARIANTS.items():
-        dirs[name] = out / f"data-{name}"
-        dirs[name].mkdir(parents=True, exist_ok=True)
-        for split in ("train", "val"):
-            rows = [
-                json.loads(x) for x in (out / "data" / f"{split}.jsonl").read_text().splitlines()
-            ]
-            (dirs[name] / f"{split}.jsonl").write_text(
-                "".join(json.dumps(hinted(r, hint), ensure_ascii=False) + "\n" for r in rows)
-            )
+    dirs = {"task": out / "data"}
+    for split in ("train", "val"):
+        rows = [json.loads(x) for x in (out / "data" / f"{split}.jsonl").read_text().splitlines()]
+        (out / "data-easy").mkdir(parents=True, exist_ok=True)
+        (out / "data-easy" / f"{split}.jsonl").write_text(
+            "".join(json.dumps(hinted(r, "line"), ensure_ascii=False) + "\n" for r in rows)
+        )
+    dirs["easier"] = out / "data-easy"
     return dirs
 
 
