@@ -22,7 +22,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -58,8 +58,8 @@ class SchedulerStats:
     joined_running: int = 0  # admissions into a batch that was already decoding
     rows: int = 0
     sampled_tokens: int = 0
+    row_steps: int = 0  # rows decoded, summed over steps (/ steps: the mean batch)
     peak_running: int = 0
-    batch_sizes: list[int] = field(default_factory=list)  # rows per decode step (last 10k)
 
 
 class DecodeScheduler:
@@ -154,7 +154,7 @@ class DecodeScheduler:
                 if len(batch):
                     batch.step()
                     self.stats.steps += 1
-                    self.stats.batch_sizes = [*self.stats.batch_sizes[-9999:], len(batch)]
+                    self.stats.row_steps += len(batch)
                     self._deliver(jobs)
                     jobs = self._retire(batch, jobs)
             except Exception as exc:  # a failed forward pass fails the requests in it, loudly
@@ -171,8 +171,10 @@ class DecodeScheduler:
         return [j for j in jobs if not j.cancelled and any(not r.finish_reason for r in j.rows)]
 
     def _take(self, running: int) -> list[Job]:
-        """Waiting jobs to admit now, oldest first, while rows and the prefill budget allow
-        (one job always fits an empty batch). Called with the lock held."""
+        """Waiting jobs to admit now, oldest first, while there are free rows (a job always
+        fits an empty batch) and their prompts fit one prefill pass (the first always does:
+        a long prompt costs the running rows one long step, it does not wait for them to
+        end). Called with the lock held."""
         taken: list[Job] = []
         budget = self.max_prefill_tokens
         while self._waiting:
@@ -180,12 +182,11 @@ class DecodeScheduler:
             if job.cancelled:
                 self._waiting.popleft()
                 continue
-            rows = len(job.rows)
-            fits = running + rows <= self.max_running and job.padded_prompt_tokens <= budget
-            if not fits and (taken or running):
+            rows_fit = running + len(job.rows) <= self.max_running or not (taken or running)
+            if not rows_fit or (taken and job.padded_prompt_tokens > budget):
                 break
             taken.append(self._waiting.popleft())
-            running += rows
+            running += len(job.rows)
             budget -= job.padded_prompt_tokens
         return taken
 
