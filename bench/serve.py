@@ -10,10 +10,11 @@ extension, keeps a stop token from ending it early), so each round does the same
 1. Throughput: the same `--clients` requests one by one, then all at once, in alternating
    rounds (so that load from other processes falls on both alike); tokens/s of each and
    the ratio.
-2. A late request: `--clients` requests start together; a quarter of the time such a batch
-   took in section 1 later, one more request arrives. Its time to first token is set against
-   the earlier batch's total time, with continuous batching and with the whole-reply
-   batching serve-model used before (`continuous=False`), where it waits for the batch.
+2. A late request: `--clients` streamed requests start together; once they have streamed a
+   quarter of their tokens, one more request arrives. Its time to first token is set
+   against the earlier batch's total time. The same again with the whole-reply batching
+   serve-model used before (`continuous=False`), the late request sent as long after the
+   start: there it waits for the batch.
 """
 
 from __future__ import annotations
@@ -78,27 +79,43 @@ async def together(c: openai.AsyncOpenAI, n: int, max_tokens: int) -> tuple[floa
     return time.perf_counter() - t0, sum(tokens)
 
 
-async def streamed(c: openai.AsyncOpenAI, i: int, max_tokens: int) -> tuple[float, float]:
+async def streamed(
+    c: openai.AsyncOpenAI, i: int, max_tokens: int, on_piece: Any = None
+) -> tuple[float, float]:
     """(time to first content, time to the end) of one streamed request."""
     t0 = time.perf_counter()
     first = None
     stream = await c.chat.completions.create(stream=True, **request(i, max_tokens))
     async for chunk in stream:
-        if first is None and any(ch.delta.content for ch in chunk.choices):
-            first = time.perf_counter() - t0
+        if any(ch.delta.content for ch in chunk.choices):
+            first = time.perf_counter() - t0 if first is None else first
+            if on_piece is not None:
+                on_piece()
     assert first is not None
     return first, time.perf_counter() - t0
 
 
 async def late_arrival(
-    c: openai.AsyncOpenAI, n: int, max_tokens: int, after_s: float
+    c: openai.AsyncOpenAI, n: int, max_tokens: int, after_s: float | None = None
 ) -> dict[str, float]:
-    """`n` streamed requests start together; one more arrives `after_s` later."""
+    """`n` streamed requests start together; one more arrives `after_s` later, or (None)
+    once they have streamed a quarter of their tokens."""
     t0 = time.perf_counter()
-    batch = asyncio.gather(*(streamed(c, i, max_tokens) for i in range(n)))
+    pieces, quarter = 0, asyncio.Event()
+
+    def count() -> None:
+        nonlocal pieces
+        pieces += 1
+        if pieces >= n * max_tokens // 4:
+            quarter.set()
+
+    batch = asyncio.gather(*(streamed(c, i, max_tokens, count) for i in range(n)))
 
     async def late() -> tuple[float, float, float]:
-        await asyncio.sleep(after_s)
+        if after_s is None:
+            await quarter.wait()
+        else:
+            await asyncio.sleep(after_s)
         sent = time.perf_counter() - t0
         first, end = await streamed(c, n, max_tokens)
         return sent, first, end
@@ -159,16 +176,16 @@ def main() -> None:
 
         asyncio.run(session(url, throughput))
         seq, conc = statistics.median(seq_rates), statistics.median(conc_rates)
+        ratios = sorted(k / s for s, k in zip(seq_rates, conc_rates, strict=True))
         print(
             f"   median: one by one {seq:.1f} tokens/s, {n} at once {conc:.1f} tokens/s:"
-            f" {conc / seq:.2f}x"
+            f" {conc / seq:.2f}x (round ratios {ratios[0]:.2f}x .. {ratios[-1]:.2f}x)"
         )
-        # a quarter of the time the batch took in section 1
-        after = 0.25 * statistics.median(n * T / r for r in conc_rates)
-        print(f"\n2. a late request arrives {after:.1f} s after {n} others ({T} tokens each)")
-        cont = asyncio.run(session(url, lambda c: late_arrival(c, n, T, after)))
+        print(f"\n2. a late request arrives while {n} others decode ({T} tokens each)")
+        cont = asyncio.run(session(url, lambda c: late_arrival(c, n, T)))
+    # whole replies stream nothing until the end: the late request comes as long after the start
     with serve_in_thread(create_app(policy, MODEL, max_batch=32, continuous=False)) as url:
-        whole = asyncio.run(session(url, lambda c: late_arrival(c, n, T, after)))
+        whole = asyncio.run(session(url, lambda c: late_arrival(c, n, T, cont["late_sent_s"])))
     for label, m in [("continuous batching", cont), ("whole-reply batching", whole)]:
         print(
             f"   {label:>20}: late request's first token {m['late_ttft_s']:5.2f} s after it was sent;"
