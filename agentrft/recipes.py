@@ -11,14 +11,15 @@ interface:
         `run` once per seed, and the gain over all of them with a 95% interval
 
 beside its environment, job and README. Recipes are found on disk, not registered: a new
-folder with a demo.py is a new recipe. Most recipes describe themselves as a `Recipe` (its
-data, its measure, its headline numbers) and hand it to `run` and `run_seeds` below, which
-walk the user's path the same way for all: data -> baseline -> pre-flight -> train ->
-evaluation of the trained model -> compare + report.
+folder with a demo.py is a new recipe. Most recipes only describe themselves, as
+`RECIPE = Recipe(...)` (its data, its measure, its headline numbers); `load` then gives them
+the shared `run` and `run_seeds` below, which walk the user's path the same way for all:
+data -> baseline -> pre-flight -> train -> evaluation of the trained model -> compare + report.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import time
@@ -62,9 +63,13 @@ def load(name: str = DEFAULT, root: Path = RECIPES) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    recipe = getattr(module, "RECIPE", None)
+    if isinstance(recipe, Recipe):  # the shared runner, unless the recipe brings its own
+        module.__dict__.setdefault("run", functools.partial(run, recipe))
+        module.__dict__.setdefault("run_seeds", functools.partial(run_seeds, recipe))
     if not callable(getattr(module, "run", None)):
         raise ConfigError(
-            f"{script}: a recipe's demo.py defines run(out, steps=None, seed=None, job_path=None)"
+            f"{script}: a recipe's demo.py defines RECIPE = agentrft.recipes.Recipe(...), or run(out, steps=None, seed=None, job_path=None)"
         )
     return module
 

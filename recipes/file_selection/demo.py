@@ -61,22 +61,3 @@ RECIPE = recipes.Recipe(
     headline=headline,
     expected=lambda record: ", ".join(record["item"].get("files", [])),
 )
-
-
-def demo_job(
-    data: Path, out: Path, steps: int | None, seed: int | None, job_path: Path | None = None
-) -> Job:
-    """The recipe's job (or a variant, such as history/job_v6.yaml) on the demo's data."""
-    return recipes.demo_job(HERE, data, out, steps, seed, job_path)
-
-
-def run(
-    out: Path, steps: int | None = None, seed: int | None = None, job_path: Path | None = None
-) -> dict[str, Any]:
-    return recipes.run(RECIPE, out, steps, seed, job_path)
-
-
-def run_seeds(
-    out: Path, seeds: list[int], steps: int | None = None, job_path: Path | None = None
-) -> dict[str, Any]:
-    return recipes.run_seeds(RECIPE, out, seeds, steps, job_path)

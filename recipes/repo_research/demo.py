@@ -108,15 +108,3 @@ RECIPE = recipes.Recipe(
     preflight_k=PREFLIGHT_K,
     seed_columns=("tool calls p95", "tool calls max"),
 )
-
-
-def run(
-    out: Path, steps: int | None = None, seed: int | None = None, job_path: Path | None = None
-) -> dict[str, Any]:
-    return recipes.run(RECIPE, out, steps, seed, job_path)
-
-
-def run_seeds(
-    out: Path, seeds: list[int], steps: int | None = None, job_path: Path | None = None
-) -> dict[str, Any]:
-    return recipes.run_seeds(RECIPE, out, seeds, steps, job_path)

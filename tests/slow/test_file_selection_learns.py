@@ -4,22 +4,18 @@ cores). The recipe README reports the same run over three seeds (`agentrft demo 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from agentrft import recipes
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_held_out_exact_file_f1_rises_after_the_demos_training():
-    spec = importlib.util.spec_from_file_location(
-        "file_selection_demo", ROOT / "recipes/file_selection/demo.py"
-    )
-    assert spec is not None and spec.loader is not None
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
+    demo = recipes.load("file_selection")
     summary = demo.run(ROOT / "runs" / "slow" / "file-selection-seed1", seed=1)
     before, after = summary["before"]["mean file F1"], summary["after"]["mean file F1"]
     gain = summary["per_row"]["difference"]

@@ -27,7 +27,9 @@ def test_a_new_folder_with_a_demo_is_a_recipe_and_a_wrong_name_lists_them(tmp_pa
     assert recipes.load("mine", tmp_path).run(tmp_path) == {"ok": True}
     with pytest.raises(ConfigError, match="no recipe 'nope' -> one of: broken, mine"):
         recipes.load("nope", tmp_path)
-    with pytest.raises(ConfigError, match="defines run"):
+    with pytest.raises(
+        ConfigError, match=r"defines RECIPE = agentrft.recipes.Recipe\(...\), or run"
+    ):
         recipes.load("broken", tmp_path)
 
 
@@ -37,3 +39,16 @@ def test_demo_with_an_unknown_recipe_is_a_one_line_error(capsys):
     assert (
         "no recipe 'no_such_recipe'" in err and "file_selection" in err and "Traceback" not in err
     )
+
+
+def test_a_recipe_that_only_describes_itself_gets_the_shared_runner(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "demo.py").write_text(
+        "from pathlib import Path\n"
+        "from agentrft import recipes\n"
+        "RECIPE = recipes.Recipe(title='mine', folder=Path(__file__).parent, build_data=print,\n"
+        "    metric='m', row_scores=dict, headline=dict, expected=str)\n"
+    )
+    module = recipes.load("mine", tmp_path)
+    assert module.run.func is recipes.run and module.run.args == (module.RECIPE,)
+    assert module.run_seeds.func is recipes.run_seeds

@@ -3,7 +3,6 @@ reports, and the rollout it shows. The whole demo is `make demo`."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,15 +16,13 @@ RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
 
 @pytest.fixture(scope="module")
 def demo():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("file_selection_demo", RECIPE / "demo.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return recipes.load("file_selection")
 
 
 def test_demo_job_reads_the_demo_data_and_writes_under_its_folder(demo, tmp_path):
-    job = demo.demo_job(tmp_path / "data", tmp_path / "out", steps=3, seed=11)
+    job = recipes.demo_job(
+        RECIPE, tmp_path / "data", tmp_path / "out", steps=3, seed=11, job_path=None
+    )
     assert (
         job.training_file == str(tmp_path / "data" / "train.jsonl") and job.validation_file is None
     )
@@ -95,8 +92,8 @@ def test_headline_names_the_reward_formula_and_every_sub_grader(demo):
 
 
 def test_the_demo_can_run_a_variant_of_the_job(demo, tmp_path):
-    job = demo.demo_job(
-        tmp_path / "data", tmp_path / "out", None, None, RECIPE / "history" / "job_v5.yaml"
+    job = recipes.demo_job(
+        RECIPE, tmp_path / "data", tmp_path / "out", None, None, RECIPE / "history" / "job_v5.yaml"
     )
     assert (
         job.rl.grader["calculate_output"] == "0.7 * files + 0.3 * near"
