@@ -50,6 +50,13 @@ env = ToolServer("code-fix", cleanup_after_grade=False)
 # Test runs at once (tools and grading together): each is a whole pytest process.
 TEST_RUNS = threading.BoundedSemaphore(2)
 _DEBUG = re.compile(r"\bprint\(|\bbreakpoint\(|\bpdb\b|\bpprint\(")
+# Code under test is imported by pytest, so it could rewrite pytest (every test "passes") or
+# end the run early. A fix of a one-line bug needs none of these: an added line naming one
+# fails the gate. A deny-list, so a determined model can still find a way past it.
+_RUNNER = re.compile(
+    r"\b_?pytest\b|\bunittest\b|\bsys\.(modules|exit|settrace|setprofile)\b|\bbuiltins\b"
+    r"|__builtins__|\bos\._exit\b|\batexit\b|\bimportlib\b|__import__|\bjunit"
+)
 
 
 # -- workspaces --------------------------------------------------------------------------------
@@ -303,6 +310,12 @@ def tests(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> di
     g = graded_tree(ctx, item)
     if g["unfixed"]:
         return {"score": 0.0, "metrics": {"why": "the bug is still in the code"}}
+    reaching = [line for line in added_lines(g) if _RUNNER.search(line)]
+    if reaching:
+        return {
+            "score": 0.0,
+            "metrics": {"why": f"reaches into the test runner: {reaching[0][:120]}"},
+        }
     with TEST_RUNS:
         run = run_tests(g["tree"], list(item.get("tests") or []), str(item.get("test_command")))
     failing = list(item.get("failing") or [])
@@ -328,6 +341,18 @@ def tests(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> di
         "sub_scores": {"fixed_share": len(fixed) / len(failing) if failing else 0.0},
         "metrics": {"why": why, "tests_passed": len(run.passed)},
     }
+
+
+def added_lines(g: dict[str, Any]) -> list[str]:
+    """The lines the rollout added to the graded files (its diff from where it started)."""
+    return [
+        line[1:]
+        for path, text in g["final"].items()
+        for line in difflib.unified_diff(
+            g["start"][path].splitlines(), (text or "").splitlines(), lineterm="", n=0
+        )
+        if line.startswith("+") and not line.startswith("+++")
+    ]
 
 
 def changed_lines(before: str, after: str) -> int:
@@ -374,13 +399,7 @@ def style(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> di
     edited = {p: (g["start"][p], t or "") for p, t in g["final"].items() if t != g["start"][p]}
     size = sum(changed_lines(a, b) for a, b in edited.values())
     diff = min(1.0, minimal / size) if size else 0.0
-    added = [
-        line
-        for a, b in edited.values()
-        for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
-        if line.startswith("+") and not line.startswith("+++")
-    ]
-    no_debug = 0.0 if any(_DEBUG.search(line) for line in added) else 1.0
+    no_debug = 0.0 if any(_DEBUG.search(line) for line in added_lines(g)) else 1.0
     new_findings = sum(
         max(0, ruff_findings(b, p, g["tree"]) - ruff_findings(a, p, g["tree"]))
         for p, (a, b) in edited.items()
