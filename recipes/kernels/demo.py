@@ -31,8 +31,6 @@ VAL_ROWS = 8  # every held-out task
 PREFLIGHT_ROWS, PREFLIGHT_K = 6, 4
 GATES = ("static", "checked.correct")
 
-_file_selection = recipes.load("file_selection")  # demo_job: the job pointed at the demo's data
-
 
 def gate_counts(records: list[dict[str, Any]]) -> dict[str, float]:
     """How far graded rollouts got: the share stopped at each gate, and that passed both."""
@@ -100,8 +98,8 @@ def run(
     report = build_dataset(HERE / "tasks.yaml", out / "data")
     for line in report.lines():
         console.print(line, highlight=False, markup=False)
-    job = _file_selection.demo_job(
-        out / "data", out, steps, seed, (job_path or HERE / "job.yaml").resolve()
+    job = recipes.demo_job(
+        HERE, out / "data", out, steps, seed, (job_path or HERE / "job.yaml").resolve()
     )
     train_items = load_dataset(out / "data/train.jsonl")[:PREFLIGHT_ROWS]
     val_items = load_dataset(out / "data/val.jsonl")[:VAL_ROWS]
@@ -137,7 +135,7 @@ def run(
         "5/5 the easier variant (job_easy.yaml): same gates and tasks, replies prefilled up to `return `"
     )
     build_dataset(HERE / "tasks.yaml", out / "data-easy", prefill=True)
-    easy = _file_selection.demo_job(out / "data-easy", out, steps, seed, HERE / "job_easy.yaml")
+    easy = recipes.demo_job(HERE, out / "data-easy", out, steps, seed, HERE / "job_easy.yaml")
     train_items = load_dataset(out / "data-easy/train.jsonl")[:PREFLIGHT_ROWS]
     val_items = load_dataset(out / "data-easy/val.jsonl")[:VAL_ROWS]
     easy_rep = preflight_job(easy, train_items, PREFLIGHT_K, out / "easy-preflight")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentrft import recipes
+from agentrft.data import load_dataset
 from agentrft.job import load_job
 
 from .conftest import RECIPE
@@ -48,7 +49,7 @@ def test_best_of_k_is_the_best_of_each_rows_first_k(demo: Any) -> None:
 
 @pytest.mark.parametrize("name", ["job.yaml", "job_easy.yaml"])
 def test_the_demos_jobs_read_its_data(demo: Any, tmp_path: Path, name: str) -> None:
-    job = demo._file_selection.demo_job(tmp_path / "data", tmp_path, 3, 5, RECIPE / name)
+    job = recipes.demo_job(RECIPE, tmp_path / "data", tmp_path, 3, 5, RECIPE / name)
     assert job.training_path == tmp_path / "data/train.jsonl"
     assert job.seed == 5 and job.agentrft.train.max_steps == 3
     assert load_job(RECIPE / name).rl.grader["type"] == "multi"
@@ -56,4 +57,7 @@ def test_the_demos_jobs_read_its_data(demo: Any, tmp_path: Path, name: str) -> N
 
 def test_the_main_job_has_no_prefill_so_an_endpoint_can_run_it() -> None:
     assert load_job(RECIPE / "job.yaml").agentrft.prefill is None
-    assert load_job(RECIPE / "job_easy.yaml").agentrft.prefill is not None
+    assert all(row.prefill is None for row in load_dataset(RECIPE / "data/train.jsonl"))
+    # the easier variant's prefill is in its rows: each reply starts as the kernel's signature
+    easy = load_dataset(RECIPE / "data-easy/train.jsonl")
+    assert easy and all(row.prefill and row.prefill.endswith("    return ") for row in easy)
