@@ -131,13 +131,16 @@ class Protection:
 
 
 def _needed_dirs(argv: Sequence[str]) -> set[str]:
-    """This interpreter's installation (a virtualenv, its base Python) and, for a program
-    given by path, its installation prefix (bin/..): the sandbox must see them."""
+    """This interpreter's installation (a virtualenv, its base Python), the folder agentrft
+    itself is imported from (a checkout with an editable install: a grader's code imports
+    agentrft and a recipe's own modules), and, for a program given by path, its
+    installation prefix (bin/..): the sandbox must see them."""
     candidates = {
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
         os.path.dirname(os.path.realpath(sys.executable)),
+        str(Path(__file__).resolve().parent.parent),
     }
     if argv and os.path.isabs(argv[0]):
         candidates.add(str(Path(argv[0]).parent.parent))
