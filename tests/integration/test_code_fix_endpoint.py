@@ -5,14 +5,12 @@ It proves the plumbing of `--model http://.../v1`, not the strength of any model
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentrft.serve.app import create_app
-from agentrft.tools.envkit import serve_in_thread
+from tests.integration.endpoint import evaluate_through_endpoint
 from tests.unit.code_fix.conftest import RECIPE, make_project, needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]
@@ -22,7 +20,6 @@ def test_the_task_runs_and_is_graded_against_an_endpoint(base_policy: Any, tmp_p
     from agentrft import recipes
     from agentrft.data import load_dataset
     from agentrft.data.code_fix import build_dataset
-    from agentrft.evaluate.commands import evaluate_model
 
     project = tmp_path / "calc"
     project.mkdir()
@@ -32,9 +29,7 @@ def test_the_task_runs_and_is_graded_against_an_endpoint(base_policy: Any, tmp_p
     demo = recipes.load("code_fix")
     job = demo.variant_job("task", tmp_path / "data", tmp_path / "out", 1, 1, None)
     items = load_dataset(tmp_path / "data/train.jsonl")[:1]
-    with serve_in_thread(create_app(base_policy, "smollm2-135m-instruct")) as url:
-        res = evaluate_model(job, items, 2, f"{url}/v1", tmp_path / "eval", label="endpoint")
-    records = [json.loads(x) for x in (tmp_path / "eval/rollouts.jsonl").read_text().splitlines()]
+    res, records = evaluate_through_endpoint(base_policy, job, items, 2, tmp_path / "eval")
     assert len(records) == 2
     for rec in records:
         assert not rec.get("discarded"), rec

@@ -5,14 +5,12 @@ stronger model than the 135M one), not the strength of any model."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentrft.serve.app import create_app
-from agentrft.tools.envkit import serve_in_thread
+from tests.integration.endpoint import evaluate_through_endpoint
 from tests.unit.kernels.conftest import RECIPE, needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]
@@ -23,13 +21,10 @@ def test_the_kernel_task_runs_and_is_graded_against_an_endpoint(
 ) -> None:
     from agentrft import recipes
     from agentrft.data import load_dataset
-    from agentrft.evaluate.commands import evaluate_model
 
     job = recipes.demo_job(RECIPE, RECIPE / "data", tmp_path, 1, 1, RECIPE / "job.yaml")
     items = load_dataset(RECIPE / "data/val.jsonl")[:1]
-    with serve_in_thread(create_app(base_policy, "smollm2-135m-instruct")) as url:
-        res = evaluate_model(job, items, 2, f"{url}/v1", tmp_path / "eval", label="endpoint")
-    records = [json.loads(x) for x in (tmp_path / "eval/rollouts.jsonl").read_text().splitlines()]
+    res, records = evaluate_through_endpoint(base_policy, job, items, 2, tmp_path / "eval")
     assert len(records) == 2
     for rec in records:
         assert not rec.get("discarded"), rec
