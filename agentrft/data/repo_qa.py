@@ -21,8 +21,9 @@ dropped). So held-out questions are about code that no training question covers.
 Worked examples (`worked_examples`, default 2) are made from training rows, never written by
 hand: the row's first tool call (`first_call`: a grep for the definition, the docstring or the
 import) run on the revision, its real output, and an answer that states the row's facts.
-Only rows whose first call's output shows every fact become examples; they leave the
-training rows. Each row's `prefill` starts the reply with its own first call, all but the closing braces.
+Only rows whose first call's output shows every fact become examples, or, for `raises` and
+`docstring`, rows whose first call finds one line and a short read_file from there shows every
+fact (a two-call example); they leave the training rows. Each row's `prefill` starts the reply with its own first call, all but the closing braces.
 
 A user's own questions (`load_qa_rows`): any JSONL of rows with `messages` and `facts`, in
 agentrft's dataset format; a bad row is refused naming its file and line.
@@ -36,7 +37,7 @@ import json
 import re
 import shutil
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ MAX_FACT_CHARS = 40  # longer defaults and annotations are not short facts
 MAX_IMPORTERS = 3
 MIN_DOC_WORDS = 5
 EXAMPLE_MAX_OUTPUT_LINES = 6  # a worked example's tool output stays short: every prompt carries it
+EXAMPLE_MAX_READ_LINES = 12  # and so does the read_file of a two-call example
+_GREP_LINE = re.compile(r"^([^:\n]+):(\d+): ")  # path:line: text, one grep match
 KINDS = ("where_defined", "returns", "raises", "docstring", "default", "imports")
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # lines as Python's tokenizer counts them
 GUESSABLE = frozenset(
@@ -438,48 +441,92 @@ def call_prefill(call: dict[str, Any]) -> str:
     return text[: text.rindex("}}")]
 
 
+def second_call(kind: str, shown: str) -> list[tuple[dict[str, Any], int, int]]:
+    """Candidate read_file calls that follow a first grep showing one match: for `raises`, the
+    function from its `def` line on; for `docstring`, the lines above the docstring, where the
+    `def` is. Each is (call, start_line, end_line), shortest first."""
+    first = shown.splitlines()
+    if kind not in ("raises", "docstring") or len(first) != 1:
+        return []
+    match = _GREP_LINE.match(first[0])
+    if match is None:
+        return []
+    path, line = match.group(1), int(match.group(2))
+    if kind == "raises":
+        spans = [(line, line + k) for k in range(2, EXAMPLE_MAX_READ_LINES)]
+    else:
+        spans = [(max(1, line - k), line) for k in (1, 2, 3)]
+    return [
+        ({"name": "read_file", "arguments": {"path": path, "start_line": a, "end_line": b}}, a, b)
+        for a, b in spans
+    ]
+
+
 def pick_worked_examples(
     train: list[dict[str, Any]], n: int, root: Path
 ) -> tuple[list[dict[str, Any]], list[int]]:
     """Up to `n` worked examples of different kinds from the training rows whose first call's
-    real output is short and shows every fact, and their positions in `train`."""
+    real output is short and shows every fact, or, for `raises` and `docstring`, whose first
+    call finds one line and a short read_file after it shows every fact (a two-call example),
+    and their positions in `train`."""
     # the tools load only when examples are made
     from agentrft.graders.fact_recall import fact_found
-    from agentrft.tools.repo_workspace import create_workspace, grep_in
+    from agentrft.tools.repo_workspace import create_workspace
 
     if n <= 0 or not train:
         return [], []
     ws = create_workspace(str(root), train[0]["commit"], "repo-qa-examples", "commit")
     try:
-        messages: list[dict[str, Any]] = []
-        used: list[int] = []
+        found: list[tuple[int, list[tuple[dict[str, Any], str]]]] = []
         kinds: set[str] = set()
         files: set[str] = set()
-        for i, row in enumerate(train):
-            if len(used) == n:
-                break
-            if row["kind"] in kinds or files & set(row["source_files"]):
-                continue  # one example per kind and per file, or the model learns to repeat one answer
-            args = row["first_call"]["arguments"]
-            shown = grep_in(
-                ws, args["pattern"], glob=args.get("glob"), files_only=bool(args.get("files_only"))
-            )
-            if len(shown.splitlines()) > EXAMPLE_MAX_OUTPUT_LINES or not all(
-                fact_found(f, shown) for f in row["facts"]
-            ):
-                continue
-            messages += [
-                {"role": "user", "content": row["messages"][-1]["content"]},
-                {"role": "assistant", "content": call_text(row["first_call"])},
-                {"role": "tool", "content": shown},
-                {"role": "assistant", "content": row["answer"]},
-            ]
-            kinds.add(row["kind"])
-            files.update(row["source_files"])
-            used.append(i)
-        return messages, used
+        # one-call examples first: a two-call one only fills a kind no one-call example covers
+        for two_calls in (False, True):
+            for i, row in enumerate(train):
+                if len(found) == n:
+                    break
+                if row["kind"] in kinds or files & set(row["source_files"]):
+                    continue  # one example per kind and per file, or the model learns to repeat one answer
+                if (steps := _example_steps(ws, row, two_calls, fact_found)) is None:
+                    continue
+                found.append((i, steps))
+                kinds.add(row["kind"])
+                files.update(row["source_files"])
+        messages: list[dict[str, Any]] = []
+        for i, steps in sorted(found):
+            messages.append({"role": "user", "content": train[i]["messages"][-1]["content"]})
+            for call, output in steps:
+                messages += [
+                    {"role": "assistant", "content": call_text(call)},
+                    {"role": "tool", "content": output},
+                ]
+            messages.append({"role": "assistant", "content": train[i]["answer"]})
+        return messages, sorted(i for i, _ in found)
     finally:
         shutil.rmtree(ws, ignore_errors=True)
+
+
+def _example_steps(
+    ws: Path, row: dict[str, Any], two_calls: bool, fact_found: Callable[[str, str], bool]
+) -> list[tuple[dict[str, Any], str]] | None:
+    """The calls and real outputs of a worked example of `row` whose outputs show every fact:
+    its first call alone, or (`two_calls`) followed by a short read_file; None if neither."""
+    from agentrft.tools.repo_workspace import grep_in, read_file_in
+
+    args = row["first_call"]["arguments"]
+    shown = grep_in(
+        ws, args["pattern"], glob=args.get("glob"), files_only=bool(args.get("files_only"))
+    )
+    if len(shown.splitlines()) > EXAMPLE_MAX_OUTPUT_LINES:
+        return None
+    if all(fact_found(f, shown) for f in row["facts"]):
+        return None if two_calls else [(row["first_call"], shown)]
+    if two_calls:
+        for call, a, b in second_call(row["kind"], shown):
+            read = read_file_in(ws, call["arguments"]["path"], a, b)
+            if all(fact_found(f, read) for f in row["facts"]):
+                return [(row["first_call"], shown), (call, read)]
+    return None
 
 
 # -- a user's own questions ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from agentrft.data.repo_qa import (
     call_text,
     is_held_out,
     load_qa_rows,
+    pick_worked_examples,
     questions_from_code,
 )
 from agentrft.errors import ConfigError
@@ -128,15 +129,49 @@ def test_this_repositorys_own_questions_have_their_facts_in_the_code_and_no_over
         "imports",
     }
     examples = train[0]["messages"][:-1]
-    assert len(examples) == 8 and all(r["messages"][:-1] == examples for r in train + val)
+    assert all(r["messages"][:-1] == examples for r in train + val)
     asked = {r["messages"][-1]["content"] for r in train + val}
-    for question, answer, shown in zip(examples[0::4], examples[3::4], examples[2::4], strict=True):
+    worked = split_examples(examples)
+    assert len(worked) == 2
+    for question, *steps, answer in worked:
         assert question["content"] not in asked  # an example's question left the training rows
-        assert (
-            answer["role"] == "assistant"
-            and shown["role"] == "tool"
-            and "no matches" not in shown["content"]
-        )
+        assert answer["role"] == "assistant" and "<tool_call>" not in answer["content"]
+        assert [m["role"] for m in steps] == ["assistant", "tool"] * (len(steps) // 2)
+        assert all("no matches" not in m["content"] for m in steps if m["role"] == "tool")
+
+
+def split_examples(messages: list[dict]) -> list[list[dict]]:
+    """The worked examples, one list each: the question, its calls and outputs, the answer."""
+    out: list[list[dict]] = []
+    for m in messages:
+        if m["role"] == "user":
+            out.append([])
+        out[-1].append(m)
+    return out
+
+
+def test_a_raises_question_becomes_a_two_call_example_grep_then_read_file(py_repo):
+    """The def line alone does not show what a function raises: the example reads on from it,
+    only as far as the facts, and its answer states them."""
+    repo, commit = py_repo
+    sources = {
+        p: t for p, t in read_tree(repo, commit).items() if p.endswith(".py") and t is not None
+    }
+    rows = [
+        q.row(repo, commit)
+        for q in questions_from_code(sources, BuildReport(repo))
+        if (q.kind, q.subject) == ("raises", "load_settings")
+    ]
+    messages, used = pick_worked_examples(rows, 1, repo)
+    assert used == [0]
+    question, grep, grep_out, read, read_out, answer = messages
+    assert json.loads(read["content"].removeprefix("<tool_call>").removesuffix("</tool_call>")) == {
+        "name": "read_file",
+        "arguments": {"path": "pkg/config.py", "start_line": 7, "end_line": 10},
+    }
+    assert "ValueError" not in grep_out["content"] and "ValueError" in read_out["content"]
+    assert read_out["content"].startswith("7:     def load_settings(")
+    assert "ValueError" in answer["content"]
 
 
 def test_a_users_own_rows_are_checked_by_file_and_line(py_repo, tmp_path):
