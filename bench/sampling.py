@@ -1,5 +1,5 @@
 """Sampling throughput: agentrft's sampler against plain `model.generate` at the same batch,
-and against this machine's memory-bandwidth bound.
+and against this machine's bound: the smaller of its memory-bandwidth and compute bounds.
 
     .venv/bin/python bench/sampling.py [--tokens 64] [--prompt-tokens 400]
 
@@ -9,8 +9,15 @@ the training set-up (a LoRA-wrapped model, sampled through its sampling copy), a
 `model.generate` with the same weights and dtype. Every run samples exactly `--tokens`
 tokens per row (stop tokens are ignored) so tokens/s compare like for like.
 
-The bandwidth bound: a decode step must read every weight once, so tokens/s <= batch x
-(copy bandwidth / weight bytes). Copy bandwidth is measured here with a large tensor copy.
+Two bounds, both measured in the same run:
+- bandwidth: a decode step must read every weight once, so tokens/s <= batch x (copy
+  bandwidth / weight bytes). Copy bandwidth is measured with a large tensor copy.
+- compute: a token costs 2 x parameters FLOPs, so tokens/s <= matmul peak / (2 x parameters).
+  The peak is measured on a model-like shape, (batch x hidden) @ (hidden x intermediate), in
+  the dtype being benchmarked: the faster of a plain matmul and one on weights prepacked for
+  oneDNN, so the bound is what this CPU can do, not what one kernel does.
+"of bound" is against the smaller of the two; "binds" says which it is. The prompt's prefill
+is part of the timed work but not of either bound.
 """
 
 from __future__ import annotations
@@ -37,14 +44,42 @@ def copy_bandwidth_gbs(mb: int = 512, repeats: int = 5) -> float:
     return 2 * src.numel() * 4 / best / 1e9
 
 
-def weight_bytes(model: torch.nn.Module, dtype_bytes: int) -> int:
-    """Bytes read per decode step: every parameter once (tied embeddings counted once)."""
+def parameter_count(model: torch.nn.Module) -> int:
+    """Every parameter once (tied embeddings counted once)."""
     seen, n = set(), 0
     for p in model.parameters():
         if p.data_ptr() not in seen:
             seen.add(p.data_ptr())
             n += p.numel()
-    return n * dtype_bytes
+    return n
+
+
+def matmul_peak_gflops(
+    rows: int, inner: int, outer: int, dtype: torch.dtype, seconds: float = 0.15
+) -> float:
+    """FLOP/s of (rows x inner) @ (inner x outer) in `dtype` (GFLOP/s): the best of a plain
+    `linear` and, where oneDNN is built in, one on prepacked weights; the fastest of repeated
+    calls, so a busy machine's pauses do not count."""
+    x = torch.randn(rows, inner).to(dtype)
+    w = torch.randn(outer, inner).to(dtype)
+    kernels = [lambda: torch.nn.functional.linear(x, w)]
+    if torch.backends.mkldnn.is_available():
+        try:
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, rows)
+            kernels.append(
+                lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+            )
+        except RuntimeError:
+            pass
+    best = float("inf")
+    for kernel in kernels:
+        kernel()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            t1 = time.perf_counter()
+            kernel()
+            best = min(best, time.perf_counter() - t1)
+    return 2 * rows * inner * outer / best / 1e9
 
 
 def prompt_ids(policy: HFPolicy, n_tokens: int) -> list[int]:
@@ -119,21 +154,29 @@ def main() -> None:
         )
         trainp.model = make_trainable(trainp.model, Train(), seed=0)
         trainp.sync_sampler()
-        wbytes = weight_bytes(evalp.model, 2 if dtype == "bf16" else 4)
+        n_params = parameter_count(evalp.model)
+        wbytes = n_params * (2 if dtype == "bf16" else 4)
+        cfg = evalp.model.config
+        torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
         time_sample(evalp, prompt, 1, 4)  # warm-up
         print(
-            f"\n{dtype}: prompt {len(prompt)} tokens, {args.tokens} new tokens per row, weights {wbytes / 2**20:.0f} MiB per decode step"
+            f"\n{dtype}: prompt {len(prompt)} tokens, {args.tokens} new tokens per row, weights {wbytes / 2**20:.0f} MiB per decode step, {2 * n_params / 1e6:.0f} MFLOP per token"
         )
         print(
-            f"{'batch':>5} {'generate':>10} {'agentrft':>10} {'ratio':>6} {'train set-up':>13} {'bound':>9} {'of bound':>9}"
+            f"{'batch':>5} {'generate':>10} {'agentrft':>10} {'ratio':>6} {'train set-up':>13}"
+            f" {'bw bound':>9} {'peak GF/s':>10} {'fl bound':>9} {'binds':>9} {'of bound':>9}"
         )
         for b in batches:
             gen = time_generate(plain, prompt, b, args.tokens, autocast=dtype == "bf16")
             ours = time_sample(evalp, prompt, b, args.tokens)
             tr = time_sample(trainp, prompt, b, args.tokens)
-            bound = b * bw * 1e9 / wbytes
+            bw_bound = b * bw * 1e9 / wbytes
+            peak = matmul_peak_gflops(b, cfg.hidden_size, cfg.intermediate_size, torch_dtype)
+            flop_bound = peak * 1e9 / (2 * n_params)
+            bound, binds = min((bw_bound, "bandwidth"), (flop_bound, "compute"))
             print(
-                f"{b:>5} {gen:>10.1f} {ours:>10.1f} {ours / gen:>5.2f}x {tr:>13.1f} {bound:>9.0f} {ours / bound:>8.1%}"
+                f"{b:>5} {gen:>10.1f} {ours:>10.1f} {ours / gen:>5.2f}x {tr:>13.1f}"
+                f" {bw_bound:>9.0f} {peak:>10.0f} {flop_bound:>9.0f} {binds:>9} {ours / bound:>8.1%}"
             )
         del evalp, plain, trainp
 
