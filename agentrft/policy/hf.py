@@ -21,7 +21,14 @@ import torch
 from agentrft.policy import Completion, SamplingParams
 from agentrft.policy.kv_cache import PrefixCache
 from agentrft.policy.models import resolve_model
-from agentrft.policy.precision import DtypeChoice, resolve_dtype
+from agentrft.policy.precision import (
+    MIN_PACKING_SPEEDUP,
+    PACK_ROWS,
+    DtypeChoice,
+    PackedLinears,
+    packing_speedup,
+    resolve_dtype,
+)
 from agentrft.policy.prefill import prefill_prompts, prefill_suffixes, row_prefix, stack
 
 log = logging.getLogger(__name__)
@@ -41,7 +48,9 @@ class HFPolicy:
     (`for_training=True`) `model` keeps fp32 master weights for the optimiser, and sampling
     runs on a separate copy in the sampling dtype with any LoRA adapter merged in, refreshed
     by `sync_sampler()` after each update: no per-token autocast casts and no LoRA detour
-    while decoding (what vLLM's weight sync does on GPUs).
+    while decoding (what vLLM's weight sync does on GPUs). On a CPU where it measures faster,
+    the sampling model's matmuls read weights prepacked for oneDNN (`policy.precision`); set
+    `pack_linears = False` to sample on the plain weights.
     """
 
     keeps_kv_cache = True  # `sample` takes a PrefixCache (rollout.batching passes one)
@@ -72,6 +81,8 @@ class HFPolicy:
             else min(self.stop_token_ids)
         )
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.pack_linears = True
+        self._packs: PackedLinears | None = None
 
     @classmethod
     def for_inference(
@@ -130,6 +141,8 @@ class HFPolicy:
         else:
             for name, p in self.model.named_parameters():
                 target[name].copy_(p)
+        if self._packs is not None:
+            self._packs.invalidate()
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
@@ -140,13 +153,34 @@ class HFPolicy:
         else:
             yield
 
+    def packed_linears(self) -> PackedLinears | None:
+        """The sampling model's prepacked weights, made at first use on a CPU where packing
+        measured at least MIN_PACKING_SPEEDUP x as fast as plain matmuls; else None."""
+        if not self.pack_linears or self.device.type != "cpu":
+            return None
+        if self._packs is None:
+            dtype = next(self.sampler_model.parameters()).dtype
+            speedup = packing_speedup(dtype)
+            if speedup < MIN_PACKING_SPEEDUP:
+                log.info("sampler matmuls on plain weights (prepacked: %.2fx)", speedup)
+                self.pack_linears = False
+                return None
+            log.info(
+                "sampler matmuls on weights prepacked for oneDNN (%.1fx plain at %d rows)",
+                speedup,
+                PACK_ROWS,
+            )
+            self._packs = PackedLinears(self.sampler_model)
+        return self._packs
+
     @torch.no_grad()
     def forward_last(
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, kv: Any
     ) -> torch.Tensor:
         """One forward pass of the sampling model over `ids`, extending the KV cache `kv`:
         the next-token logits of each row (`[rows, vocab]`, in the model's dtype)."""
-        with self.autocast():
+        packs = self.packed_linears()
+        with self.autocast(), packs.active() if packs is not None else contextlib.nullcontext():
             return self.sampler_model(
                 input_ids=ids,
                 attention_mask=mask,

@@ -1,22 +1,35 @@
-"""Which precision to sample and train in: `dtype: auto` picks bf16 only where the hardware
-computes it natively, fp32 everywhere else.
+"""How the sampler's arithmetic runs on this hardware: the precision (`dtype: auto` picks
+bf16 only where the hardware computes it natively, fp32 everywhere else) and, on a CPU, the
+layout of the weights its matmuls read.
 
-Why this matters: bf16 on a CPU with bf16 matrix units (avx512_bf16, amx_bf16) was about 1.6x
-faster than fp32 for training; on an AVX2-only CPU a bf16 matmul is emulated and ran about
-65x *slower* than fp32. So the default cannot be fixed, and every run says what it chose.
+Why the precision matters: bf16 on a CPU with bf16 matrix units (avx512_bf16, amx_bf16) was
+about 1.6x faster than fp32 for training; on an AVX2-only CPU a bf16 matmul is emulated and
+ran about 65x *slower* than fp32. So the default cannot be fixed, and every run says what it
+chose.
+
+Why the layout matters: a decode step multiplies a few rows (the batch) by every weight.
+At 16 rows, torch's plain fp32 `linear` ran at a third of what the same CPU does on weights
+reordered once into oneDNN's blocked layout (the reorder inductor's freezing pass does), so
+the sampling model's weights are prepacked where that measures faster.
 
     choose_dtype(...)   the decision, from facts passed in (unit-tested without this machine)
     resolve_dtype(...)  the same decision with the facts read from this machine
+    PackedLinears       prepacked copies of a model's Linear weights, used inside `active()`
+    packing_speedup()   prepacked over plain matmul throughput on this CPU, once per process
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+import torch
 
 Dtype = Literal["fp32", "bf16"]
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 CPU flags of native bf16 matrix arithmetic
@@ -99,7 +112,6 @@ def read_cpuinfo(path: Path = Path("/proc/cpuinfo")) -> tuple[str, frozenset[str
 @functools.cache
 def measured_bf16_speedup(size: int = 512, seconds: float = 0.1) -> float:
     """bf16 matmul throughput over fp32 on this CPU; about a quarter of a second, once per process."""
-    import torch
 
     def rate(dtype: torch.dtype) -> float:
         a = torch.randn(size, size, dtype=dtype)
@@ -120,10 +132,114 @@ def resolve_dtype(requested: str, device_type: str) -> DtypeChoice:
     if requested != "auto":
         return choose_dtype(requested, device_type)
     if device_type == "cuda":
-        import torch
-
         return choose_dtype(requested, device_type, cuda_bf16=torch.cuda.is_bf16_supported())
     name, flags = read_cpuinfo()
     return choose_dtype(
         requested, device_type, cpu_flags=flags, cpu_name=name, bf16_speedup=measured_bf16_speedup
     )
+
+
+PACK_ROWS = 16  # the row count oneDNN is told to expect: a decode batch
+MIN_PACKING_SPEEDUP = 1.1  # prepack only where it is clearly faster than plain `linear`
+
+
+def _packed_linear(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@functools.cache
+def packing_speedup(dtype: torch.dtype, seconds: float = 0.05) -> float:
+    """Prepacked over plain `linear` throughput on this CPU at a decode batch's row count, for
+    a small model's MLP weight in `dtype`; 0.0 where oneDNN cannot run it or its result
+    differs. The fastest of repeated calls counts, so a busy machine's pauses do not."""
+    if not torch.backends.mkldnn.is_available():
+        return 0.0
+    x = torch.randn(PACK_ROWS, 512).to(dtype)
+    w = torch.randn(2048, 512).to(dtype)
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS)
+        same = torch.allclose(
+            _packed_linear(x, packed, None).float(),
+            torch.nn.functional.linear(x, w).float(),
+            rtol=1e-2,
+            atol=1e-2 * float(w.float().abs().max()),
+        )
+    except RuntimeError:
+        return 0.0
+    if not same:
+        return 0.0
+
+    def fastest(kernel: Callable[[], Any]) -> float:
+        kernel()
+        best, t0 = float("inf"), time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            t1 = time.perf_counter()
+            kernel()
+            best = min(best, time.perf_counter() - t1)
+        return best
+
+    return fastest(lambda: torch.nn.functional.linear(x, w)) / fastest(
+        lambda: _packed_linear(x, packed, None)
+    )
+
+
+_ACTIVE: ContextVar[PackedLinears | None] = ContextVar("agentrft_packed_linears", default=None)
+
+
+class PackableLinear(torch.nn.Linear):
+    """`nn.Linear`, except inside `PackedLinears.active()`, where it multiplies by its
+    prepacked weight. Training, `generate` and scoring outside the sampler see plain Linear."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        packs = _ACTIVE.get()
+        packed = packs.weight_for(self, input) if packs is not None else None
+        if packed is None:
+            return super().forward(input)
+        return _packed_linear(input, packed, self.bias)
+
+
+class PackedLinears:
+    """Prepacked copies of one model's Linear weights (for its sampler, no gradients).
+
+    A weight changed since it was packed is packed again at its next use: an in-place update
+    (`copy_`, an optimiser step) bumps its version, and a cast or reload replaces its storage.
+    A change made through `.data` bypasses both: call `invalidate()` after one. The copies
+    cost as much memory as the weights.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._packed: dict[torch.nn.Module, tuple[tuple[int, int, torch.dtype], torch.Tensor]] = {}
+        for module in model.modules():
+            if type(module) is torch.nn.Linear:
+                module.__class__ = PackableLinear
+
+    def weight_for(self, module: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor | None:
+        """`module`'s packed weight, or None where the plain Linear must run (gradients
+        wanted, another device or dtype)."""
+        w = module.weight
+        if (
+            torch.is_grad_enabled()
+            or input.dtype != w.dtype
+            or input.device.type != "cpu"
+            or w.device.type != "cpu"
+        ):
+            return None
+        stamp = (w._version, w.data_ptr(), w.dtype)
+        entry = self._packed.get(module)
+        if entry is None or entry[0] != stamp:
+            entry = (stamp, torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS))
+            self._packed[module] = entry
+        return entry[1]
+
+    def invalidate(self) -> None:
+        self._packed.clear()
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        token = _ACTIVE.set(self)
+        try:
+            yield
+        finally:
+            _ACTIVE.reset(token)
