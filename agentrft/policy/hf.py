@@ -29,7 +29,13 @@ from agentrft.policy.precision import (
     packing_speedup,
     resolve_dtype,
 )
-from agentrft.policy.prefill import prefill_prompts, prefill_suffixes, row_prefix, stack
+from agentrft.policy.prefill import (
+    prefill_prompts,
+    prefill_suffixes,
+    row_prefix,
+    stack,
+    use_decode_attention,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,7 @@ class HFPolicy:
     ) -> None:
         self.model = model
         self.sampler_model = sampler if sampler is not None else model
+        use_decode_attention(self.sampler_model)
         self.tokenizer = tokenizer
         self.precision = precision or resolve_dtype(dtype, next(model.parameters()).device.type)
         self.dtype = self.precision.dtype  # "bf16" or "fp32", never "auto"
