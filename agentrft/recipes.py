@@ -93,6 +93,8 @@ class Recipe:
     eval_samples: int = 2  # rollouts per held-out row, before and after
     preflight_rows: int = 6
     preflight_k: int = 8
+    # the training rows the pre-flight samples, given them all and preflight_rows (default: the first)
+    select_preflight: Callable[[list[Any], int], list[Any]] = lambda items, n: items[:n]
     seed_columns: tuple[str, ...] = ()  # headline keys shown per seed beside the measure
 
 
@@ -189,7 +191,7 @@ def run(
 
     k, rows = recipe.preflight_k, recipe.preflight_rows
     console.rule(f"3/6 pre-flight: {rows} training {recipe.rows} x {k}")
-    rep = preflight_job(job, train_items[:rows], k, out / "preflight")
+    rep = preflight_job(job, recipe.select_preflight(train_items, rows), k, out / "preflight")
     print_preflight(rep)
     if rep["verdict"] in ("broken", "no_reward"):  # fix the task before training on it
         raise ConfigError(

@@ -90,6 +90,22 @@ def spread(items: list[Any], n: int) -> list[Any]:
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
 
+def each_kind(items: list[Any], n: int) -> list[Any]:
+    """`n` training questions taken in turn from each kind, in file order: the pre-flight's
+    rows. The first `n` rows of the file can all be of the kinds the base model never
+    answers (where_defined, docstring), which reads as no reward at all."""
+    by_kind: dict[str, list[Any]] = {}
+    for item in items:
+        by_kind.setdefault(item.fields.get("kind", ""), []).append(item)
+    queues = list(by_kind.values())
+    out: list[Any] = []
+    while len(out) < min(n, len(items)):
+        for queue in queues:
+            if queue and len(out) < n:
+                out.append(queue.pop(0))
+    return out
+
+
 RECIPE = recipes.Recipe(
     title="repository research",
     folder=HERE,
@@ -106,5 +122,6 @@ RECIPE = recipes.Recipe(
     eval_samples=EVAL_SAMPLES,
     preflight_rows=PREFLIGHT_ROWS,
     preflight_k=PREFLIGHT_K,
+    select_preflight=each_kind,
     seed_columns=("tool calls p95", "tool calls max"),
 )

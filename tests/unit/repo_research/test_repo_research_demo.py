@@ -82,3 +82,20 @@ def test_the_demo_data_builds_at_its_pinned_commit(demo, tmp_path):
     )
     assert report.commit == demo.PINNED_REV
     assert report.train >= demo.PREFLIGHT_ROWS and report.val >= demo.VAL_ROWS
+
+
+def test_the_preflight_samples_each_question_kind_in_turn(demo):
+    """The first rows of a file can all be of kinds the base model never answers; the
+    pre-flight takes the kinds in turn instead, each in file order."""
+    from agentrft.data.jsonl import Item
+
+    kinds = ["raises", "where_defined", "where_defined", "docstring", "returns", "raises"]
+    kinds += ["default", "returns", "imports"]
+    items = [
+        Item(index=i, messages=(), fields={"kind": k}, source=f"train.jsonl:{i + 1}", prefill=None)
+        for i, k in enumerate(kinds)
+    ]
+    picked = demo.RECIPE.select_preflight(items, 6)
+    assert [i.index for i in picked] == [0, 1, 3, 4, 6, 8]
+    assert [i.index for i in demo.RECIPE.select_preflight(items, 8)] == [0, 1, 3, 4, 6, 8, 5, 2]
+    assert len(demo.RECIPE.select_preflight(items[:2], 6)) == 2
