@@ -30,9 +30,11 @@ from agentrft.policy.precision import (
     resolve_dtype,
 )
 from agentrft.policy.prefill import (
+    SharedPrefix,
     prefill_prompts,
     prefill_suffixes,
     row_prefix,
+    shared_prefix,
     stack,
     use_decode_attention,
 )
@@ -263,6 +265,8 @@ class HFPolicy:
             cache.stats.prefill_tokens += batch.tokens
             cache.stats.reused_tokens += sum(len(e.tokens) for e in found if e is not None)
         kv, logits, mask, last_pos = batch.cache, batch.logits, batch.mask, batch.last_pos
+        prompt_of = list(batch.prompt_of)  # rows sharing a prompt read its keys and values once
+        shared = SharedPrefix.of(prompt_of, batch.shared_width)
 
         out_tokens: list[list[int]] = [[] for _ in range(B)]
         out_logps: list[list[float]] = [[] for _ in range(B)]
@@ -311,11 +315,14 @@ class HFPolicy:
                 kv.batch_select_indices(idx)
                 tok, mask, last_pos = tok[idx], mask[idx], last_pos[idx]
                 live = [live[j] for j in keep]
+                prompt_of = [prompt_of[j] for j in keep]
+                shared = SharedPrefix.of(prompt_of, batch.shared_width)
             mask = torch.cat(
                 [mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1
             )
             last_pos = last_pos + 1
-            logits = forward(tok[:, None], mask, last_pos, kv).float()
+            with shared_prefix(shared):
+                logits = forward(tok[:, None], mask, last_pos, kv).float()
         return [
             Completion(
                 tuple(out_tokens[i]),
