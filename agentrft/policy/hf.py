@@ -379,7 +379,8 @@ def _choose(
         logp = torch.log_softmax(logits, dim=-1)
         tok = logits.argmax(dim=-1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
-    logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    scaled = logits if params.temperature == 1.0 else logits / params.temperature  # a pass fewer
+    logp = torch.log_softmax(scaled, dim=-1)
     probs = logp.exp()
     if params.top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
