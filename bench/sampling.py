@@ -1,7 +1,7 @@
 """Sampling throughput: agentrft's sampler against plain `model.generate` at the same batch,
 and against this machine's bound: the smaller of its memory-bandwidth and compute bounds.
 
-    .venv/bin/python bench/sampling.py [--tokens 64] [--prompt-tokens 400]
+    .venv/bin/python bench/sampling.py [--tokens 64] [--prompt-tokens 400] [--profile]
 
 Rows of a batch share one prompt, as the G rollouts of a GRPO group do on their first turn.
 Three agentrft set-ups are measured: the model as loaded for evaluation (`HFPolicy.load`),
@@ -130,17 +130,40 @@ def time_generate(
         return batch * tokens / (time.perf_counter() - t0)
 
 
+def profile_sample(prompt_tokens: int, batch: int, tokens: int) -> None:
+    """The operators one `sample` call (prefill and decode) spends its time in, by dtype."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for dtype in ("fp32", "bf16"):
+        policy = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype=dtype)
+        prompt = prompt_ids(policy, prompt_tokens)
+        time_sample(policy, prompt, 2, 4)  # warm-up
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            rate = time_sample(policy, prompt, batch, tokens)
+        print(f"\n{dtype}: batch {batch}, {tokens} new tokens per row, {rate:.1f} tokens/s")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=400)
     ap.add_argument("--batches", default="1,8,16")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead: where one sample call at the largest batch spends its time (torch.profiler)",
+    )
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     bw = copy_bandwidth_gbs()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; copy bandwidth {bw:.1f} GB/s"
     )
+
+    if args.profile:
+        profile_sample(args.prompt_tokens, max(batches), args.tokens)
+        return
 
     from agentrft.job import Train
     from agentrft.train.checkpoint import make_trainable
