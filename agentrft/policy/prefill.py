@@ -208,7 +208,7 @@ def decode_attention(
     attention_mask: torch.Tensor | None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' sdpa attention, except at a decode step (one query per row, no
+    """transformers' sdpa attention, except at a decode step on a CPU (one query per row, no
     dropout) on grouped-query heads, where the queries are packed onto their key/value
     heads: inside `shared_prefix(...)` to read shared prefixes once, and without a mask
     (rows that share one prompt have no padding) because transformers' choice there, torch's
@@ -217,6 +217,7 @@ def decode_attention(
     shared = _SHARED.get()
     if (
         query.shape[2] != 1
+        or query.device.type != "cpu"  # measured on CPUs only; GPUs keep transformers' kernels
         or groups == 1
         or kwargs.get("dropout")
         or (attention_mask is not None and shared is None)
