@@ -82,6 +82,17 @@ def matmul_peak_gflops(
     return 2 * rows * inner * outer / best / 1e9
 
 
+def plain_model() -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    from agentrft.policy.models import resolve_model
+
+    model = AutoModelForCausalLM.from_pretrained(
+        resolve_model("smollm2-135m-instruct"), dtype=torch.float32
+    )
+    return model.eval()
+
+
 def prompt_ids(policy: HFPolicy, n_tokens: int) -> list[int]:
     tok = policy.tokenizer
     system = " ".join(
@@ -171,7 +182,7 @@ def main() -> None:
     for dtype in ("fp32", "bf16"):
         evalp = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype=dtype)
         prompt = prompt_ids(evalp, args.prompt_tokens)
-        plain = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype="fp32").model
+        plain = plain_model()  # transformers as shipped: HFPolicy switches its attention
         trainp = HFPolicy.load(
             "smollm2-135m-instruct", device="cpu", dtype=dtype, for_training=True
         )
