@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextvars import ContextVar
@@ -34,6 +35,13 @@ import torch
 Dtype = Literal["fp32", "bf16"]
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 CPU flags of native bf16 matrix arithmetic
 MIN_BF16_SPEEDUP = 1.0  # the micro-benchmark picks bf16 only when it is at least as fast as fp32
+# Values of oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA, formerly DNNL_MAX_CPU_ISA) that keep it off
+# the CPU's bf16 dot-product instructions: with one of these set, torch's bf16 matmuls are
+# emulated even on a CPU whose flags list avx512_bf16 (measured: 0.6 GFLOP/s under AVX2).
+ONEDNN_ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+ONEDNN_ISAS_WITHOUT_BF16 = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
 
 
 @dataclass(frozen=True)
@@ -53,12 +61,15 @@ def choose_dtype(
     cpu_name: str = "",
     cuda_bf16: bool | None = None,
     bf16_speedup: Callable[[], float] | None = None,
+    onednn_isa_cap: tuple[str, str] | None = None,
 ) -> DtypeChoice:
     """The precision for `requested` ("auto", "bf16" or "fp32") on `device_type` ("cpu", "cuda").
 
     On a CPU the flags decide when they are known (x86 Linux): bf16 with avx512_bf16 or
     amx_bf16, fp32 without. Where they are not (other systems, ARM), `bf16_speedup()`, a
     micro-benchmark's bf16/fp32 throughput ratio, decides; without one, fp32.
+    `onednn_isa_cap`, (variable, value) of a oneDNN ISA cap set in the environment, overrules
+    the flags when it keeps oneDNN off the bf16 instructions.
     """
     if requested in ("bf16", "fp32"):
         return DtypeChoice(requested, "set in the job or on the command line")  # type: ignore[arg-type]  # narrowed by the test above
@@ -70,6 +81,12 @@ def choose_dtype(
         return DtypeChoice("fp32", "auto: the GPU has no native bf16")
     cpu = f"{cpu_name} " if cpu_name else ""
     flags = set(cpu_flags) if cpu_flags is not None else None
+    if onednn_isa_cap is not None and onednn_isa_cap[1].upper() in ONEDNN_ISAS_WITHOUT_BF16:
+        variable, value = onednn_isa_cap
+        return DtypeChoice(
+            "fp32",
+            f"auto: {variable}={value} keeps oneDNN off the CPU's bf16 instructions, so bf16 would be emulated (far slower)",
+        )
     if flags is not None:  # an x86 CPU (ARM lists "Features" instead, and the benchmark decides)
         native = [f for f in BF16_FLAGS if f in flags]
         if native:
@@ -127,15 +144,21 @@ def measured_bf16_speedup(size: int = 512, seconds: float = 0.1) -> float:
 
 
 def resolve_dtype(requested: str, device_type: str) -> DtypeChoice:
-    """`choose_dtype` with this machine's facts: /proc/cpuinfo, the GPU, and the
-    micro-benchmark where the flags say nothing."""
+    """`choose_dtype` with this machine's facts: /proc/cpuinfo, a oneDNN ISA cap in the
+    environment, the GPU, and the micro-benchmark where the flags say nothing."""
     if requested != "auto":
         return choose_dtype(requested, device_type)
     if device_type == "cuda":
         return choose_dtype(requested, device_type, cuda_bf16=torch.cuda.is_bf16_supported())
     name, flags = read_cpuinfo()
+    cap = next(((v, os.environ[v]) for v in ONEDNN_ISA_ENV if os.environ.get(v)), None)
     return choose_dtype(
-        requested, device_type, cpu_flags=flags, cpu_name=name, bf16_speedup=measured_bf16_speedup
+        requested,
+        device_type,
+        cpu_flags=flags,
+        cpu_name=name,
+        bf16_speedup=measured_bf16_speedup,
+        onednn_isa_cap=cap,
     )
 
 

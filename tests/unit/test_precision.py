@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentrft.job import job_from_dict
-from agentrft.policy.precision import choose_dtype, read_cpuinfo
+from agentrft.policy.precision import choose_dtype, read_cpuinfo, resolve_dtype
 
 AVX2 = {"fpu", "sse2", "avx", "avx2", "fma"}
 
@@ -42,6 +42,42 @@ def test_auto_picks_fp32_on_an_avx2_only_cpu() -> None:
     assert choice.dtype == "fp32"
     assert "no avx512_bf16" in choice.reason and "AMD EPYC" in choice.reason
     assert str(choice).startswith("fp32 (auto: ")
+
+
+@pytest.mark.parametrize("value", ["AVX2", "avx512_core", "AVX512_CORE_VNNI"])
+def test_a_onednn_isa_cap_below_bf16_overrules_the_flags(value: str) -> None:
+    choice = choose_dtype(
+        "auto",
+        "cpu",
+        cpu_flags=AVX2 | {"avx512f", "avx512_bf16"},
+        bf16_speedup=never,
+        onednn_isa_cap=("ONEDNN_MAX_CPU_ISA", value),
+    )
+    assert choice.dtype == "fp32"
+    assert f"ONEDNN_MAX_CPU_ISA={value}" in choice.reason
+
+
+def test_a_onednn_isa_cap_that_keeps_bf16_changes_nothing() -> None:
+    for value in ("AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL", "DEFAULT"):
+        choice = choose_dtype(
+            "auto",
+            "cpu",
+            cpu_flags=AVX2 | {"avx512_bf16"},
+            bf16_speedup=never,
+            onednn_isa_cap=("DNNL_MAX_CPU_ISA", value),
+        )
+        assert choice.dtype == "bf16", value
+    explicit = choose_dtype("bf16", "cpu", onednn_isa_cap=("ONEDNN_MAX_CPU_ISA", "AVX2"))
+    assert explicit.dtype == "bf16"  # asked for by name: kept
+
+
+def test_resolve_dtype_reads_the_isa_cap_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    choice = resolve_dtype("auto", "cpu")
+    assert choice.dtype == "fp32" and "ONEDNN_MAX_CPU_ISA=AVX2" in choice.reason
 
 
 def test_without_flags_the_benchmark_decides() -> None:
