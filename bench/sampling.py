@@ -141,11 +141,11 @@ def time_generate(
         return batch * tokens / (time.perf_counter() - t0)
 
 
-def profile_sample(prompt_tokens: int, batch: int, tokens: int) -> None:
+def profile_sample(prompt_tokens: int, batch: int, tokens: int, dtypes: list[str]) -> None:
     """The operators one `sample` call (prefill and decode) spends its time in, by dtype."""
     from torch.profiler import ProfilerActivity, profile
 
-    for dtype in ("fp32", "bf16"):
+    for dtype in dtypes:
         policy = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype=dtype)
         prompt = prompt_ids(policy, prompt_tokens)
         time_sample(policy, prompt, 2, 4)  # warm-up
@@ -160,6 +160,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=400)
     ap.add_argument("--batches", default="1,8,16")
+    ap.add_argument("--dtypes", default="fp32,bf16", help="comma-separated: fp32, bf16")
     ap.add_argument(
         "--profile",
         action="store_true",
@@ -167,19 +168,22 @@ def main() -> None:
     )
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
+    dtypes = args.dtypes.split(",")
+    if bad := [d for d in dtypes if d not in ("fp32", "bf16")]:
+        ap.error(f"--dtypes: {', '.join(bad)} is not fp32 or bf16")
     bw = copy_bandwidth_gbs()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; copy bandwidth {bw:.1f} GB/s"
     )
 
     if args.profile:
-        profile_sample(args.prompt_tokens, max(batches), args.tokens)
+        profile_sample(args.prompt_tokens, max(batches), args.tokens, dtypes)
         return
 
     from agentrft.job import Train
     from agentrft.train.checkpoint import make_trainable
 
-    for dtype in ("fp32", "bf16"):
+    for dtype in dtypes:
         evalp = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype=dtype)
         prompt = prompt_ids(evalp, args.prompt_tokens)
         plain = plain_model()  # transformers as shipped: HFPolicy switches its attention
