@@ -2,7 +2,9 @@
 
 Episodes `await sampler.sample(tokens, max_new)`. Requests queue up while the model is busy
 (or while other rollouts wait on tools); the worker then takes everything queued and runs
-one batched `policy.sample` in a thread, so HTTP tool calls keep running meanwhile.
+one batched `policy.sample` off the event loop, so HTTP tool calls keep running meanwhile:
+on the thread that started the rollouts where they run under `caller_thread.run_with_caller`
+(as `rollout.group` runs them), else in a worker thread.
 
 A request may carry a key (its rollout's trace id). With a policy that keeps KV caches (the
 HF policy), a keyed request's KV cache is kept after its turn, so the rollout's next turn
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 from agentrft.policy import Completion, Policy, SamplingParams
 from agentrft.policy.kv_cache import PrefixCache
+from agentrft.rollout.caller_thread import on_caller
 
 # tokens, max_new, seed, params (None: the sampler's own), KV cache key, the caller's future
 _Request = tuple[
@@ -107,7 +110,7 @@ class BatchedSampler:
                 prompts, limits = [b[0] for b in batch], [b[1] for b in batch]
                 try:
                     if self.kv_cache is not None:
-                        out = await asyncio.to_thread(
+                        out = await on_caller(
                             self.policy.sample,
                             prompts,
                             params,
@@ -117,7 +120,7 @@ class BatchedSampler:
                             cache_keys=[b[4] for b in batch],
                         )  # type: ignore[call-arg]  # keeps_kv_cache says it takes them
                     else:
-                        out = await asyncio.to_thread(
+                        out = await on_caller(
                             self.policy.sample, prompts, params, limits, row_seeds
                         )
                 except asyncio.CancelledError:

@@ -11,6 +11,7 @@ from typing import Any
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy import Policy, SamplingParams
 from agentrft.rollout.batching import BatchedSampler
+from agentrft.rollout.caller_thread import run_with_caller
 from agentrft.rollout.episode import RolloutSettings, run_episode
 from agentrft.tools.http import new_client
 from agentrft.types import Group, Item, Trajectory
@@ -60,11 +61,12 @@ def rollout_groups(
     on_done: Callable[[Trajectory], Any] | None = None,
 ) -> tuple[list[Group], dict[str, float]]:
     """The rollouts stage of training and evaluation: `group_size` rollouts per row, and the
-    phase's wall time and peak memory. Freed heap memory goes back to the OS afterwards (the
+    phase's wall time and peak memory. The model samples on this thread, the one that loaded
+    it and runs the update (`caller_thread` says why); the episodes run beside it. Freed heap memory goes back to the OS afterwards (the
     sampling peak would otherwise stay resident through grading and the update)."""
     reset_peak_rss()
     t0 = time.perf_counter()
-    groups = asyncio.run(run_groups_async(items, group_size, settings, sampler, on_done))
+    groups = run_with_caller(run_groups_async(items, group_size, settings, sampler, on_done))
     stats = {"time/sampling_s": time.perf_counter() - t0, "memory/sampling_peak_mb": peak_rss_mb()}
     release_free_memory()
     return groups, stats
@@ -80,4 +82,4 @@ def run_groups(
     max_batch: int = 32,
 ) -> list[Group]:
     sampler = BatchedSampler(policy, params, max_batch=max_batch)
-    return asyncio.run(run_groups_async(items, group_size, settings, sampler, on_done))
+    return run_with_caller(run_groups_async(items, group_size, settings, sampler, on_done))
