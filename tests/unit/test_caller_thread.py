@@ -12,7 +12,7 @@ import pytest
 
 from agentrft.policy import Completion, SamplingParams
 from agentrft.rollout.batching import BatchedSampler
-from agentrft.rollout.caller_thread import on_caller, run_with_caller
+from agentrft.rollout.caller_thread import in_passing_thread, on_caller, run_with_caller
 
 
 def test_calls_run_on_the_caller_and_the_loop_beside_it() -> None:
@@ -62,20 +62,19 @@ def test_an_error_in_the_coroutine_is_raised_to_the_caller() -> None:
 
 
 def test_the_loop_keeps_running_while_the_caller_works() -> None:
-    """A slow call on the caller does not stop other coroutines (HTTP tool calls) meanwhile."""
-    ticks: list[float] = []
+    """While the caller is inside a call, other coroutines (HTTP tool calls) go on: here the
+    call can only return once a coroutine on the loop has run."""
+    released = threading.Event()
 
-    async def ticker() -> None:
-        for _ in range(5):
-            ticks.append(time.perf_counter())
-            await asyncio.sleep(0.02)
+    async def release_later() -> None:
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+        released.set()
 
-    async def work() -> None:
-        await asyncio.gather(on_caller(time.sleep, 0.3), ticker())
+    async def work() -> list[bool | None]:
+        return await asyncio.gather(on_caller(released.wait, 30), release_later())
 
-    t0 = time.perf_counter()
-    run_with_caller(work())
-    assert len(ticks) == 5 and ticks[-1] - t0 < 0.25
+    assert run_with_caller(work()) == [True, None]
 
 
 def test_ctrl_c_on_the_caller_cancels_the_rollouts_and_propagates() -> None:
@@ -127,3 +126,16 @@ def test_the_batched_sampler_samples_on_the_caller_under_run_with_caller() -> No
 
     out = run_with_caller(work())
     assert len(out) == 6 and policy.threads == {threading.get_ident()}
+
+
+def test_in_passing_thread_returns_and_its_thread_is_gone() -> None:
+    seen: list[threading.Thread] = []
+
+    def load(name: str, *, dtype: str) -> str:
+        seen.append(threading.current_thread())
+        return f"{name}/{dtype}"
+
+    assert in_passing_thread(load, "m", dtype="fp32") == "m/fp32"
+    assert seen[0] is not threading.current_thread() and not seen[0].is_alive()
+    with pytest.raises(ZeroDivisionError):
+        in_passing_thread(lambda: 1 / 0)
