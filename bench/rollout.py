@@ -25,6 +25,7 @@ from agentrft.policy import SamplingParams
 from agentrft.policy.hf import HFPolicy
 from agentrft.policy.precision import read_cpuinfo
 from agentrft.rollout.batching import BatchedSampler
+from agentrft.rollout.caller_thread import run_with_caller
 from agentrft.tools import build_tools
 from agentrft.tools.envkit import ToolServer, serve_in_thread
 from agentrft.tools.http import new_client
@@ -125,7 +126,7 @@ def multi_turn(
             await sampler.aclose()
 
     t0 = time.perf_counter()
-    asyncio.run(run_all())
+    run_with_caller(run_all())  # sampling on this thread, as training's rollouts do
     wall = time.perf_counter() - t0
     assert sampler.kv_cache is not None
     stats = sampler.kv_cache.stats

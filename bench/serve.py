@@ -31,7 +31,6 @@ import torch
 
 from agentrft.policy.load import load_policy
 from agentrft.policy.precision import read_cpuinfo
-from agentrft.rollout.caller_thread import in_passing_thread
 from agentrft.serve.app import create_app
 from agentrft.tools.envkit import serve_in_thread
 
@@ -143,7 +142,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     cpu, _ = read_cpuinfo()
-    policy = in_passing_thread(load_policy, "base", dtype=args.dtype)  # as serve-model loads
+    policy = load_policy("base", dtype=args.dtype)
     print(f"CPU: {cpu or 'unknown'} ({os.cpu_count()} logical CPUs), torch {torch.__version__}")
     print(
         f"device {policy.device}, {torch.get_num_threads()} threads, precision {policy.precision}"

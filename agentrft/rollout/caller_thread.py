@@ -12,9 +12,6 @@ So the thread that loads the model and runs the update also samples: `run_with_c
 the coroutine's event loop in a helper thread, and `await on_caller(fn, ...)` inside it hands
 `fn` back to the calling thread, which runs these calls one at a time until the coroutine
 ends. Outside `run_with_caller`, `on_caller` is `asyncio.to_thread`.
-
-A server samples on its own long-lived decode thread instead; it loads the model with
-`in_passing_thread`, so that the load's team ends with the thread that made it.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -130,11 +126,3 @@ def run_with_caller(coro: Coroutine[Any, Any, T]) -> T:
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]  # type: ignore[no-any-return]  # set by loop_thread
-
-
-def in_passing_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """`fn(*args, **kwargs)` in a thread that ends when it returns: for loading a model that
-    another, long-lived thread will run. The OpenMP team the load starts ends with that
-    thread, so it does not throttle the team of the thread that samples."""
-    with ThreadPoolExecutor(1, thread_name_prefix="agentrft-load") as pool:
-        return pool.submit(fn, *args, **kwargs).result()

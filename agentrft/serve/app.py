@@ -376,10 +376,8 @@ def serve_model(
     import uvicorn
 
     from agentrft.policy.load import load_policy
-    from agentrft.rollout.caller_thread import in_passing_thread
 
-    # the decode thread samples; a load on this thread would leave a second OpenMP team
-    policy = in_passing_thread(load_policy, ref, base=base, device=device, dtype=dtype)
+    policy = load_policy(ref, base=base, device=device, dtype=dtype)
     model_name = name or served_name(ref)
     app = create_app(
         policy,

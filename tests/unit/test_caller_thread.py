@@ -12,7 +12,7 @@ import pytest
 
 from agentrft.policy import Completion, SamplingParams
 from agentrft.rollout.batching import BatchedSampler
-from agentrft.rollout.caller_thread import in_passing_thread, on_caller, run_with_caller
+from agentrft.rollout.caller_thread import on_caller, run_with_caller
 
 
 def test_calls_run_on_the_caller_and_the_loop_beside_it() -> None:
@@ -126,16 +126,3 @@ def test_the_batched_sampler_samples_on_the_caller_under_run_with_caller() -> No
 
     out = run_with_caller(work())
     assert len(out) == 6 and policy.threads == {threading.get_ident()}
-
-
-def test_in_passing_thread_returns_and_its_thread_is_gone() -> None:
-    seen: list[threading.Thread] = []
-
-    def load(name: str, *, dtype: str) -> str:
-        seen.append(threading.current_thread())
-        return f"{name}/{dtype}"
-
-    assert in_passing_thread(load, "m", dtype="fp32") == "m/fp32"
-    assert seen[0] is not threading.current_thread() and not seen[0].is_alive()
-    with pytest.raises(ZeroDivisionError):
-        in_passing_thread(lambda: 1 / 0)
