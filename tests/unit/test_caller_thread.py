@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import signal
 import threading
 import time
 
@@ -93,8 +94,13 @@ def test_ctrl_c_on_the_caller_cancels_the_rollouts_and_propagates() -> None:
             raise
 
     t0 = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt):
-        run_with_caller(work())
+    # Python's own SIGINT handler, whatever an earlier test (a server, a CLI) left installed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_with_caller(work())
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert cancelled.is_set() and time.perf_counter() - t0 < 5
     assert [t.name for t in threading.enumerate()].count("agentrft-rollouts") == 0
 
