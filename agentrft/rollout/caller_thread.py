@@ -37,6 +37,8 @@ class _Call:
     future: asyncio.Future[Any]
 
     def run(self) -> None:
+        if self.future.cancelled():  # its awaiter is gone (the rollouts failed or ended)
+            return
         try:
             result = self.fn(*self.args, **self.kwargs)
         except Exception as exc:  # the awaiting coroutine raises it

@@ -62,8 +62,9 @@ def rollout_groups(
 ) -> tuple[list[Group], dict[str, float]]:
     """The rollouts stage of training and evaluation: `group_size` rollouts per row, and the
     phase's wall time and peak memory. The model samples on this thread, the one that loaded
-    it and runs the update (`caller_thread` says why); the episodes run beside it. Freed heap memory goes back to the OS afterwards (the
-    sampling peak would otherwise stay resident through grading and the update)."""
+    it and runs the update (`caller_thread` says why); the episodes run beside it. Freed heap
+    memory goes back to the OS afterwards (the sampling peak would otherwise stay resident
+    through grading and the update)."""
     reset_peak_rss()
     t0 = time.perf_counter()
     groups = run_with_caller(run_groups_async(items, group_size, settings, sampler, on_done))
