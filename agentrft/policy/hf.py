@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from agentrft.policy import Completion, SamplingParams
+from agentrft.policy.decode import LlamaDecodeStep
 from agentrft.policy.kv_cache import PrefixCache
 from agentrft.policy.models import resolve_model
 from agentrft.policy.precision import (
@@ -92,6 +93,11 @@ class HFPolicy:
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
         self.pack_linears = True
         self._packs: PackedLinears | None = None
+        self.decode_step: LlamaDecodeStep | None = (
+            LlamaDecodeStep(self.sampler_model)
+            if self.device.type == "cpu" and LlamaDecodeStep.supports(self.sampler_model)
+            else None
+        )
 
     @classmethod
     def for_inference(
@@ -152,11 +158,16 @@ class HFPolicy:
                 target[name].copy_(p)
         if self._packs is not None:
             self._packs.invalidate()
+        if self.decode_step is not None:
+            self.decode_step.invalidate()
+
+    def _needs_autocast(self) -> bool:
+        return self.dtype == "bf16" and next(self.sampler_model.parameters()).dtype == torch.float32
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
         """bf16 autocast when bf16 is asked for but the sampling weights are fp32."""
-        if self.dtype == "bf16" and next(self.sampler_model.parameters()).dtype == torch.float32:
+        if self._needs_autocast():
             with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
                 yield
         else:
@@ -187,7 +198,16 @@ class HFPolicy:
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, kv: Any
     ) -> torch.Tensor:
         """One forward pass of the sampling model over `ids`, extending the KV cache `kv`:
-        the next-token logits of each row (`[rows, vocab]`, in the model's dtype)."""
+        the next-token logits of each row (`[rows, vocab]`, in the model's dtype). A decode
+        step (one token per row) runs through `decode_step` where the model has one."""
+        if (
+            self.decode_step is not None
+            and ids.shape[1] == 1
+            and len(getattr(kv, "layers", ())) == self.decode_step.layers  # not a 1-token prefill
+            and not self._needs_autocast()
+        ):
+            self.decode_step.pack = self.pack_linears
+            return self.decode_step(ids, mask, positions, kv)
         packs = self.packed_linears()
         with self.autocast(), packs.active() if packs is not None else contextlib.nullcontext():
             return self.sampler_model(

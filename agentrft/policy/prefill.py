@@ -149,21 +149,6 @@ def shared_prefix(shared: SharedPrefix | None) -> Iterator[None]:
         _SHARED.reset(token)
 
 
-def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Attention of q [..., queries, dim] over k, v [..., keys, dim] in fp32, in parts to be
-    joined: the output before normalising, the score maximum, the normaliser."""
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
-    if mask is not None:
-        scores = (
-            scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        )
-    top = scores.amax(-1, keepdim=True)
-    weights = (scores - top).exp_()
-    return torch.matmul(weights, v.float()), top, weights.sum(-1, keepdim=True)
-
-
 def _shared_prefix_attention(
     shared: SharedPrefix,
     query: torch.Tensor,
@@ -173,31 +158,61 @@ def _shared_prefix_attention(
     scale: float,
 ) -> torch.Tensor:
     """One decode step's attention, [rows, kv_heads, groups, dim] queries, reading each
-    group's prefix once; the same result as attending over every row's own columns."""
+    group's prefix once; the same result as attending over every row's own columns. The
+    scores of the prefix (per group, every row's query against its one copy, as one matmul)
+    and of each row's own columns are joined and normalised together, in fp32."""
     rows, kv_heads, per_kv, dim = query.shape
     w = shared.width
-    out = query.new_empty((rows, kv_heads, per_kv, dim), dtype=torch.float32)
-    top = query.new_empty((rows, kv_heads, per_kv, 1), dtype=torch.float32)
-    norm = torch.empty_like(top)
-    for group in shared.groups:
-        n, first = len(group), int(group[0])
-        q = query[group].transpose(0, 1).reshape(kv_heads, n * per_kv, dim)  # every row's query
-        m = mask[first, :, :, :w] if mask is not None else None
-        o, t, z = _attend(q, key[first, :, :w], value[first, :, :w], m, scale)
-        out[group] = o.reshape(kv_heads, n, per_kv, dim).transpose(0, 1)
-        top[group] = t.reshape(kv_heads, n, per_kv, 1).transpose(0, 1)
-        norm[group] = z.reshape(kv_heads, n, per_kv, 1).transpose(0, 1)
-    if len(shared.alone):
-        a = shared.alone
-        m = mask[a, :, :, :w] if mask is not None else None
-        out[a], top[a], norm[a] = _attend(query[a], key[a, :, :w], value[a, :, :w], m, scale)
-    own = _attend(
-        query, key[:, :, w:], value[:, :, w:], None if mask is None else mask[..., w:], scale
-    )
-    both = torch.maximum(top, own[1])
-    first_part, second_part = (top - both).exp_(), (own[1] - both).exp_()
-    joined = (out * first_part + own[0] * second_part) / (norm * first_part + own[2] * second_part)
-    return joined.to(query.dtype)
+    q = query.float()
+    whole = len(shared.groups) == 1 and len(shared.groups[0]) == rows  # one group, rows in order
+
+    def by_head(
+        t: torch.Tensor, group: torch.Tensor
+    ) -> torch.Tensor:  # [n, h, g, x] -> [h, n*g, x]
+        t = t if whole else t[group]
+        return t.transpose(0, 1).reshape(kv_heads, -1, t.shape[-1])
+
+    def by_row(t: torch.Tensor, n: int) -> torch.Tensor:  # [h, n*g, x] -> [n, h, g, x]
+        return t.view(kv_heads, n, per_kv, t.shape[-1]).transpose(0, 1)
+
+    own = torch.matmul(q, key[:, :, w:].float().transpose(-1, -2))
+    if whole:
+        first = int(shared.groups[0][0])
+        prefix = by_row(
+            torch.matmul(by_head(q, shared.groups[0]), key[first, :, :w].float().mT), rows
+        )
+    else:
+        prefix = q.new_empty((rows, kv_heads, per_kv, w))
+        for group in shared.groups:
+            first = int(group[0])
+            scores = torch.matmul(by_head(q, group), key[first, :, :w].float().mT)
+            prefix[group] = by_row(scores, len(group))
+        if len(shared.alone):
+            a = shared.alone
+            prefix[a] = torch.matmul(q[a], key[a, :, :w].float().mT)
+    scores = torch.cat([prefix, own], dim=-1).mul_(scale)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    out = torch.matmul(weights[..., w:], value[:, :, w:].float())
+    head = weights[..., :w]
+    if whole:
+        first = int(shared.groups[0][0])
+        out += by_row(
+            torch.matmul(by_head(head, shared.groups[0]), value[first, :, :w].float()), rows
+        )
+    else:
+        for group in shared.groups:
+            first = int(group[0])
+            part = torch.matmul(by_head(head, group), value[first, :, :w].float())
+            out[group] += by_row(part, len(group))
+        if len(shared.alone):
+            a = shared.alone
+            out[a] += torch.matmul(head[a], value[a, :, :w].float())
+    return out.to(query.dtype)
 
 
 def decode_attention(
