@@ -392,9 +392,10 @@ def _choose(
     """Pick the next token per row; return it and its log-prob under the sampling
     distribution (softmax of logits / temperature, before top-p truncation).
 
-    Each row draws with its own generator, so its sample never depends on its batch-mates:
-    argmax(p / E) with E = -log(U), U uniform, is a draw from p (the exponential-race form
-    of Gumbel-max; in-place ops, one logarithm per token)."""
+    Each row draws one uniform number from its own generator, so its sample never depends on
+    its batch-mates, and takes the token where it falls in the row's cumulative distribution
+    (summed in fp64). One number per row, not one per vocabulary entry: at a 49k vocabulary
+    and 16 rows, drawing a number per entry (the Gumbel-max form) cost 4 ms a step."""
     if params.temperature <= 0:
         logp = torch.log_softmax(logits, dim=-1)
         tok = logits.argmax(dim=-1)
@@ -406,8 +407,9 @@ def _choose(
         sorted_p, order = probs.sort(dim=-1, descending=True)
         drop = sorted_p.cumsum(-1) - sorted_p >= params.top_p  # always keeps the top token
         probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
-    race = torch.empty_like(probs)
-    for row, g in zip(race, gens, strict=True):
-        row.uniform_(generator=g)
-    tok = (probs / race.clamp_min_(1e-30).log_().neg_()).argmax(dim=-1)
+    cdf = probs.to(torch.float64).cumsum_(-1)
+    # 1 - u is in (0, 1]: the first entry whose running sum reaches it has probability > 0
+    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=g.device) for g in gens])
+    tok = torch.searchsorted(cdf, ((1.0 - u) * cdf[:, -1])[:, None]).squeeze(-1)
+    tok = tok.clamp_max_(probs.shape[-1] - 1)  # never past the end, whatever the rounding
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

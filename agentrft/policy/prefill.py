@@ -29,7 +29,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -117,6 +117,25 @@ class SharedPrefix:
     width: int
     groups: tuple[torch.Tensor, ...]
     alone: torch.Tensor
+    # per attention layer and group: its prefix's keys transposed and values, in fp32, made
+    # at the first decode step (the prefix does not change while the batch decodes)
+    _prepared: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def prefix(
+        self, layer: Any, group: int, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Group `group`'s prefix in `layer` as (keys [heads, dim, width], values [heads,
+        width, dim]), contiguous fp32, read from its first row the first time."""
+        slot = (id(layer), group)
+        if slot not in self._prepared:
+            first, w = int(self.groups[group][0]), self.width
+            self._prepared[slot] = (
+                key[first, :, :w].float().mT.contiguous(),
+                value[first, :, :w].float().contiguous(),
+            )
+        return self._prepared[slot]
 
     @classmethod
     def of(cls, prompt_of: Sequence[Hashable | None], width: int) -> SharedPrefix | None:
@@ -151,6 +170,7 @@ def shared_prefix(shared: SharedPrefix | None) -> Iterator[None]:
 
 def _shared_prefix_attention(
     shared: SharedPrefix,
+    layer: Any,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -175,18 +195,26 @@ def _shared_prefix_attention(
     def by_row(t: torch.Tensor, n: int) -> torch.Tensor:  # [h, n*g, x] -> [n, h, g, x]
         return t.view(kv_heads, n, per_kv, t.shape[-1]).transpose(0, 1)
 
-    own = torch.matmul(q, key[:, :, w:].float().transpose(-1, -2))
+    prefixes = [shared.prefix(layer, g, key, value) for g in range(len(shared.groups))]
+    own = torch.matmul(q, key[:, :, w:].float().mT)
+    if whole and mask is None:  # a GRPO group's first turn: all in [heads, rows x groups, ...]
+        scores = torch.cat(
+            [
+                torch.matmul(by_head(q, shared.groups[0]), prefixes[0][0]),
+                by_head(own, shared.groups[0]),
+            ],
+            dim=-1,
+        ).mul_(scale)
+        weights = torch.softmax(scores, dim=-1)
+        out = by_row(torch.matmul(weights[..., :w], prefixes[0][1]), rows)
+        own_weights = by_row(weights[..., w:], rows)
+        return (out + torch.matmul(own_weights, value[:, :, w:].float())).to(query.dtype)
     if whole:
-        first = int(shared.groups[0][0])
-        prefix = by_row(
-            torch.matmul(by_head(q, shared.groups[0]), key[first, :, :w].float().mT), rows
-        )
+        prefix = by_row(torch.matmul(by_head(q, shared.groups[0]), prefixes[0][0]), rows)
     else:
         prefix = q.new_empty((rows, kv_heads, per_kv, w))
-        for group in shared.groups:
-            first = int(group[0])
-            scores = torch.matmul(by_head(q, group), key[first, :, :w].float().mT)
-            prefix[group] = by_row(scores, len(group))
+        for group, (keys_t, _) in zip(shared.groups, prefixes, strict=True):
+            prefix[group] = by_row(torch.matmul(by_head(q, group), keys_t), len(group))
         if len(shared.alone):
             a = shared.alone
             prefix[a] = torch.matmul(q[a], key[a, :, :w].float().mT)
@@ -200,15 +228,10 @@ def _shared_prefix_attention(
     out = torch.matmul(weights[..., w:], value[:, :, w:].float())
     head = weights[..., :w]
     if whole:
-        first = int(shared.groups[0][0])
-        out += by_row(
-            torch.matmul(by_head(head, shared.groups[0]), value[first, :, :w].float()), rows
-        )
+        out += by_row(torch.matmul(by_head(head, shared.groups[0]), prefixes[0][1]), rows)
     else:
-        for group in shared.groups:
-            first = int(group[0])
-            part = torch.matmul(by_head(head, group), value[first, :, :w].float())
-            out[group] += by_row(part, len(group))
+        for group, (_, values) in zip(shared.groups, prefixes, strict=True):
+            out[group] += by_row(torch.matmul(by_head(head, group), values), len(group))
         if len(shared.alone):
             a = shared.alone
             out[a] += torch.matmul(head[a], value[a, :, :w].float())
@@ -243,7 +266,7 @@ def decode_attention(
     packed = query.reshape(rows, heads // groups, groups, dim)
     scale = kwargs.get("scaling") or dim**-0.5
     if shared is not None:
-        out = _shared_prefix_attention(shared, packed, key, value, attention_mask, scale)
+        out = _shared_prefix_attention(shared, module, packed, key, value, attention_mask, scale)
     else:
         out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, scale=scale)
     return out.reshape(rows, 1, heads, dim), None  # [rows, 1 token, heads, dim], as sdpa returns

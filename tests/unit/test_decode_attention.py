@@ -76,8 +76,9 @@ def test_shared_prefix_groups() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("layout", ["groups and a lone row", "one group of every row"])
 def test_reading_a_shared_prefix_once_equals_reading_every_row(
-    dtype: torch.dtype, with_mask: bool
+    dtype: torch.dtype, with_mask: bool, layout: str
 ) -> None:
     torch.manual_seed(0)
     module = SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
@@ -85,12 +86,20 @@ def test_reading_a_shared_prefix_once_equals_reading_every_row(
     query = torch.randn(rows, kv_heads * 3, 1, dim).to(dtype)
     key = torch.randn(rows, kv_heads, length, dim).to(dtype)
     value = torch.randn(rows, kv_heads, length, dim).to(dtype)
-    prompt_of = ["p", None, "p", "q", "p", "q"]
-    for row, first in ((2, 0), (4, 0), (5, 3)):  # rows sharing a prompt: equal first columns
+    if layout == "one group of every row":  # a GRPO group's first turn
+        prompt_of: list[str | None] = ["p"] * rows
+        copies = [(row, 0) for row in range(1, rows)]
+    else:
+        prompt_of = ["p", None, "p", "q", "p", "q"]
+        copies = [(2, 0), (4, 0), (5, 3)]
+    for row, first in copies:  # rows sharing a prompt: equal first columns
         key[row, :, :width] = key[first, :, :width]
         value[row, :, :width] = value[first, :, :width]
     mask = None
-    if with_mask:  # padding at the start of each group's prompt and of the lone row's
+    if with_mask and layout == "one group of every row":  # the prompt's own padding
+        mask = torch.ones(rows, 1, 1, length, dtype=torch.bool)
+        mask[..., :2] = False
+    elif with_mask:  # padding at the start of each group's prompt and of the lone row's
         mask = torch.ones(rows, 1, 1, length, dtype=torch.bool)
         mask[[0, 2, 4], ..., :3] = False
         mask[1, ..., :5] = False
