@@ -7,7 +7,8 @@ weights. `LlamaDecodeStep` computes the same step with:
 - the query, key and value projections as one matmul, and the gate and up projections as
   another (the fused weights vLLM also uses), prepacked for oneDNN where that measures
   faster (`policy.precision`);
-- one fused RMSNorm per norm in fp32 (transformers' own arithmetic in bf16);
+- each RMSNorm's weight folded into the matmul after it (in fp32), so a norm is one
+  fused normalisation;
 - rotary embeddings applied to queries and keys together;
 - attention through `prefill.decode_attention`, into the same KV cache, so prefill,
   shared prefixes, dropped rows and kept prefixes work unchanged.
@@ -23,7 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from agentrft.policy.precision import MIN_PACKING_SPEEDUP, PACK_ROWS, packing_speedup
-from agentrft.policy.prefill import decode_attention
+from agentrft.policy.prefill import (
+    current_shared_prefix,
+    decode_attention,
+    shared_prefix_attention,
+)
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, packed: bool) -> torch.Tensor:
@@ -61,8 +66,10 @@ class LlamaDecodeStep:
                 layer.mlp.gate_proj.weight,
                 layer.mlp.up_proj.weight,
                 layer.mlp.down_proj.weight,
+                layer.input_layernorm.weight,
+                layer.post_attention_layernorm.weight,
             )
-        ] + [model.lm_head.weight]
+        ] + [model.lm_head.weight, model.model.norm.weight]
         self._stamp: tuple[Any, ...] = ()
         self._layers: list[tuple[torch.Tensor, ...]] = []
         self._head: torch.Tensor | None = None
@@ -112,8 +119,12 @@ class LlamaDecodeStep:
                 and packing_speedup(dtype) >= MIN_PACKING_SPEEDUP
             )
 
-            def prep(*weights: torch.Tensor) -> torch.Tensor:
-                w = torch.cat([x.detach() for x in weights]) if len(weights) > 1 else weights[0]
+            def prep(*weights: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+                """Weights stacked into one matmul; `scale` (a norm's weight, applied to the
+                input) folded into their columns, in fp32, so the norm needs no multiply."""
+                w = torch.cat(weights) if len(weights) > 1 else weights[0]
+                if scale is not None:
+                    w = (w.float() * scale.float()).to(dtype)
                 w = w.detach().contiguous()
                 return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS) if self._packed else w
 
@@ -122,24 +133,30 @@ class LlamaDecodeStep:
                 attn, mlp = layer.self_attn, layer.mlp
                 self._layers.append(
                     (
-                        layer.input_layernorm.weight.detach(),
-                        prep(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight),
+                        prep(
+                            attn.q_proj.weight,
+                            attn.k_proj.weight,
+                            attn.v_proj.weight,
+                            scale=layer.input_layernorm.weight,
+                        ),
                         prep(attn.o_proj.weight),
-                        layer.post_attention_layernorm.weight.detach(),
-                        prep(mlp.gate_proj.weight, mlp.up_proj.weight),
+                        prep(
+                            mlp.gate_proj.weight,
+                            mlp.up_proj.weight,
+                            scale=layer.post_attention_layernorm.weight,
+                        ),
                         prep(mlp.down_proj.weight),
                     )
                 )
-            self._head = prep(self.model.lm_head.weight)
+            self._head = prep(self.model.lm_head.weight, scale=self.model.model.norm.weight)
             self._stamp = stamp
         assert self._head is not None
         return self._layers, self._head
 
-    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
-        # transformers: normalise in fp32, cast back, then scale in the model's dtype
-        return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm without its weight (folded into the next matmul), in fp32 as transformers
+        computes it, back in the model's dtype."""
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
     @torch.no_grad()
     def __call__(
@@ -162,19 +179,26 @@ class LlamaDecodeStep:
         # rotate_half(t) * sin == flip-halves(t) * [-sin_first_half, sin_second_half]
         sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).to(x.dtype)
         attend = None if bool(mask.all()) else mask[:, None, None, :].bool()
-        for i, (w_in, w_qkv, w_o, w_post, w_gate_up, w_down) in enumerate(layers):
-            qkv = _linear(self._norm(x, w_in), w_qkv, packed)
+        shared = current_shared_prefix() if nh != nkv else None
+        scale = base.layers[0].self_attn.scaling
+        for i, (w_qkv, w_o, w_gate_up, w_down) in enumerate(layers):
+            qkv = _linear(self._norm(x), w_qkv, packed)
             qk = qkv[:, : (nh + nkv) * hd].view(rows, nh + nkv, hd)
             flipped = qk.view(rows, nh + nkv, 2, half).flip(2).view(rows, nh + nkv, hd)
             qk = qk * cos + flipped * sin
-            q, k = qk[:, :nh, None, :], qk[:, nh:, None, :]  # [rows, heads, 1 token, dim]
+            k = qk[:, nh:, None, :]  # [rows, kv heads, 1 token, dim]
             v = qkv[:, (nh + nkv) * hd :].view(rows, nkv, 1, hd)
             keys, values = kv.layers[i].update(k, v)
             module = base.layers[i].self_attn
-            out, _ = decode_attention(
-                module, q, keys, values, attend, scaling=module.scaling, dropout=0.0
-            )
+            if shared is not None and shared.width < keys.shape[2]:
+                # queries packed onto their key/value heads: [rows, kv heads, per kv, dim]
+                q = qk[:, :nh].view(rows, nkv, nh // nkv, hd)
+                out = shared_prefix_attention(shared, module, q, keys, values, attend, scale)
+            else:
+                out, _ = decode_attention(
+                    module, qk[:, :nh, None, :], keys, values, attend, scaling=scale, dropout=0.0
+                )
             x = x + _linear(out.reshape(rows, nh * hd), w_o, packed)
-            gate_up = _linear(self._norm(x, w_post), w_gate_up, packed)
+            gate_up = _linear(self._norm(x), w_gate_up, packed)
             x = x + _linear(F.silu(gate_up[:, :inter]) * gate_up[:, inter:], w_down, packed)
-        return _linear(self._norm(x, base.norm.weight), head, packed)
+        return _linear(self._norm(x), head, packed)

@@ -158,6 +158,11 @@ class SharedPrefix:
 _SHARED: ContextVar[SharedPrefix | None] = ContextVar("agentrft_shared_prefix", default=None)
 
 
+def current_shared_prefix() -> SharedPrefix | None:
+    """The SharedPrefix of the decode step running now (inside `shared_prefix(...)`)."""
+    return _SHARED.get()
+
+
 @contextlib.contextmanager
 def shared_prefix(shared: SharedPrefix | None) -> Iterator[None]:
     """Decode steps run inside read each group's shared prefix once (see the module doc)."""
@@ -168,7 +173,7 @@ def shared_prefix(shared: SharedPrefix | None) -> Iterator[None]:
         _SHARED.reset(token)
 
 
-def _shared_prefix_attention(
+def shared_prefix_attention(
     shared: SharedPrefix,
     layer: Any,
     query: torch.Tensor,
@@ -266,7 +271,7 @@ def decode_attention(
     packed = query.reshape(rows, heads // groups, groups, dim)
     scale = kwargs.get("scaling") or dim**-0.5
     if shared is not None:
-        out = _shared_prefix_attention(shared, module, packed, key, value, attention_mask, scale)
+        out = shared_prefix_attention(shared, module, packed, key, value, attention_mask, scale)
     else:
         out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, scale=scale)
     return out.reshape(rows, 1, heads, dim), None  # [rows, 1 token, heads, dim], as sdpa returns

@@ -102,6 +102,7 @@ def test_a_weight_changed_after_a_step_is_used_at_the_next(tokenizer: Any) -> No
     with torch.no_grad():  # in place, as sync_sampler's copy_ is
         model.model.layers[1].mlp.down_proj.weight.mul_(-3)
         model.model.layers[0].self_attn.k_proj.weight.add_(0.5)
+        model.model.layers[1].input_layernorm.weight.mul_(2.0)  # folded into q, k, v
     ref, ours, _, _ = run_both(policy, PROMPTS["padded"], steps=2)
     assert not torch.allclose(ours[0], before[0], atol=1e-3)
     assert all(torch.allclose(o, r, atol=1e-4) for o, r in zip(ours, ref, strict=True))
