@@ -122,10 +122,10 @@ class LlamaDecodeStep:
             def prep(*weights: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
                 """Weights stacked into one matmul; `scale` (a norm's weight, applied to the
                 input) folded into their columns, in fp32, so the norm needs no multiply."""
-                w = torch.cat(weights) if len(weights) > 1 else weights[0]
+                w = torch.cat([x.float() for x in weights]) if len(weights) > 1 else weights[0]
                 if scale is not None:
-                    w = (w.float() * scale.float()).to(dtype)
-                w = w.detach().contiguous()
+                    w = w.float() * scale.float()
+                w = w.detach().to(dtype).contiguous()
                 return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS) if self._packed else w
 
             self._layers = []
@@ -133,8 +133,8 @@ class LlamaDecodeStep:
                 attn, mlp = layer.self_attn, layer.mlp
                 self._layers.append(
                     (
-                        prep(
-                            attn.q_proj.weight,
+                        prep(  # the attention's score scaling folded into the queries
+                            attn.q_proj.weight.float() * attn.scaling,
                             attn.k_proj.weight,
                             attn.v_proj.weight,
                             scale=layer.input_layernorm.weight,
@@ -180,7 +180,7 @@ class LlamaDecodeStep:
         sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).to(x.dtype)
         attend = None if bool(mask.all()) else mask[:, None, None, :].bool()
         shared = current_shared_prefix() if nh != nkv else None
-        scale = base.layers[0].self_attn.scaling
+        scale = 1.0  # folded into the query weights
         for i, (w_qkv, w_o, w_gate_up, w_down) in enumerate(layers):
             qkv = _linear(self._norm(x), w_qkv, packed)
             qk = qkv[:, : (nh + nkv) * hd].view(rows, nh + nkv, hd)

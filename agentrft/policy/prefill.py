@@ -209,7 +209,9 @@ def shared_prefix_attention(
                 by_head(own, shared.groups[0]),
             ],
             dim=-1,
-        ).mul_(scale)
+        )
+        if scale != 1.0:
+            scores.mul_(scale)
         weights = torch.softmax(scores, dim=-1)
         out = by_row(torch.matmul(weights[..., :w], prefixes[0][1]), rows)
         own_weights = by_row(weights[..., w:], rows)
@@ -223,7 +225,9 @@ def shared_prefix_attention(
         if len(shared.alone):
             a = shared.alone
             prefix[a] = torch.matmul(q[a], key[a, :, :w].float().mT)
-    scores = torch.cat([prefix, own], dim=-1).mul_(scale)
+    scores = torch.cat([prefix, own], dim=-1)
+    if scale != 1.0:
+        scores.mul_(scale)
     if mask is not None:
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
