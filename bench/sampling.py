@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import torch
 
@@ -145,17 +146,58 @@ def time_generate(
         return batch * tokens / (time.perf_counter() - t0)
 
 
+def decode_step_parts(policy: HFPolicy, prompt: list[int], batch: int, tokens: int) -> None:
+    """Where a decode step's time goes: the matmuls (projections and output head), the
+    shared-prefix attention, and everything else in the step; ms per step, by wall clock."""
+    from agentrft.policy import decode
+
+    if policy.decode_step is None:
+        print("(no decode step for this model: transformers' forward decodes)")
+        return
+    spent = {"matmuls": 0.0, "attention": 0.0, "step": 0.0}
+    originals = (decode._linear, decode.shared_prefix_attention, decode.LlamaDecodeStep.__call__)
+
+    def timed(part: str, fn: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[part] += time.perf_counter() - t0
+
+        return run
+
+    decode._linear = timed("matmuls", originals[0])  # type: ignore[assignment]
+    decode.shared_prefix_attention = timed("attention", originals[1])  # type: ignore[assignment]
+    decode.LlamaDecodeStep.__call__ = timed("step", originals[2])  # type: ignore[method-assign]
+    try:
+        time_sample(policy, prompt, batch, tokens)
+    finally:
+        decode._linear, decode.shared_prefix_attention = originals[0], originals[1]
+        decode.LlamaDecodeStep.__call__ = originals[2]  # type: ignore[method-assign]
+    steps = tokens - 1
+    rest = spent["step"] - spent["matmuls"] - spent["attention"]
+    print(
+        f"decode step, ms: {spent['step'] / steps * 1e3:.1f} in all; matmuls"
+        f" {spent['matmuls'] / steps * 1e3:.1f}, shared-prefix attention"
+        f" {spent['attention'] / steps * 1e3:.1f}, the rest {rest / steps * 1e3:.1f}"
+    )
+
+
 def profile_sample(prompt_tokens: int, batch: int, tokens: int, dtypes: list[str]) -> None:
-    """The operators one `sample` call (prefill and decode) spends its time in, by dtype."""
+    """The operators one `sample` call (prefill and decode) spends its time in, by dtype,
+    and a decode step's time by part."""
     from torch.profiler import ProfilerActivity, profile
 
     for dtype in dtypes:
         policy = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype=dtype)
         prompt = prompt_ids(policy, prompt_tokens)
         time_sample(policy, prompt, 2, 4)  # warm-up
+        print(f"\n{dtype}: batch {batch}, {tokens} new tokens per row")
+        decode_step_parts(policy, prompt, batch, tokens)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             rate = time_sample(policy, prompt, batch, tokens)
-        print(f"\n{dtype}: batch {batch}, {tokens} new tokens per row, {rate:.1f} tokens/s")
+        print(f"under the profiler: {rate:.1f} tokens/s")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 

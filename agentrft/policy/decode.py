@@ -7,11 +7,12 @@ weights. `LlamaDecodeStep` computes the same step with:
 - the query, key and value projections as one matmul, and the gate and up projections as
   another (the fused weights vLLM also uses), prepacked for oneDNN where that measures
   faster (`policy.precision`);
-- each RMSNorm's weight folded into the matmul after it (in fp32), so a norm is one
-  fused normalisation;
+- each RMSNorm's weight folded into the matmul after it, and the attention's score scale
+  into the query weights (in fp32), so neither costs a pass of its own;
 - rotary embeddings applied to queries and keys together;
-- attention through `prefill.decode_attention`, into the same KV cache, so prefill,
-  shared prefixes, dropped rows and kept prefixes work unchanged.
+- attention through `prefill.shared_prefix_attention` (or `decode_attention`), into the
+  same KV cache, so prefill, shared prefixes, dropped rows and kept prefixes work unchanged.
+The fused copies cost as much memory as the weights they stack.
 Results equal transformers' forward within floating-point tolerance (tests compare them).
 The prefill and any model this does not recognise keep transformers' forward.
 """
