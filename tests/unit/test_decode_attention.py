@@ -18,6 +18,7 @@ from agentrft.policy.prefill import (
     shared_prefix,
     use_decode_attention,
 )
+from tests.unit.tiny_models import tiny_llama
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -40,19 +41,7 @@ def test_decode_attention_equals_sdpa(dtype: torch.dtype, with_mask: bool) -> No
 
 
 def test_a_model_on_decode_attention_gives_the_same_logits() -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=100,
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = tiny_llama()
     ids = torch.randint(0, 100, (3, 9))
 
     def decode_logits() -> torch.Tensor:  # a prefill, then one decode step on the cache
@@ -113,22 +102,10 @@ def test_reading_a_shared_prefix_once_equals_reading_every_row(
 def test_sampling_with_shared_prompts_matches_reading_every_row(
     tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from agentrft.policy import SamplingParams
     from agentrft.policy.hf import HFPolicy
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
-    policy = HFPolicy(LlamaForCausalLM(config).eval(), tokenizer, dtype="fp32")
+    policy = HFPolicy(tiny_llama(vocab=len(tokenizer)), tokenizer, dtype="fp32")
     story, hi = tokenizer.encode("Tell me a story."), tokenizer.encode("Hi")
     prompts = [story, hi, story, story, hi]  # two shared prompts of different lengths
     params = SamplingParams(temperature=1.0, max_tokens=10)

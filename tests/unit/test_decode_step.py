@@ -10,28 +10,14 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from agentrft.policy import SamplingParams
 from agentrft.policy import decode as decode_module
 from agentrft.policy.decode import LlamaDecodeStep
 from agentrft.policy.hf import HFPolicy
 from agentrft.policy.prefill import SharedPrefix, prefill_prompts, shared_prefix
-
-
-def tiny_llama(vocab: int = 100, **overrides: Any) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-        **overrides,
-    )
-    return LlamaForCausalLM(config).eval()
+from tests.unit.tiny_models import tiny_llama
 
 
 def policy_of(model: LlamaForCausalLM, tokenizer: Any, dtype: str) -> HFPolicy:
