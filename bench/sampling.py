@@ -155,6 +155,7 @@ def decode_step_parts(policy: HFPolicy, prompt: list[int], batch: int, tokens: i
         print("(no decode step for this model: transformers' forward decodes)")
         return
     spent = {"matmuls": 0.0, "attention": 0.0, "step": 0.0}
+    by_shape: dict[tuple[int, int], float] = {}  # matmul time by weight shape (out, in)
     originals = (decode._linear, decode.shared_prefix_attention, decode.LlamaDecodeStep.__call__)
 
     def timed(part: str, fn: Any) -> Any:
@@ -163,7 +164,11 @@ def decode_step_parts(policy: HFPolicy, prompt: list[int], batch: int, tokens: i
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[part] += time.perf_counter() - t0
+                dt = time.perf_counter() - t0
+                spent[part] += dt
+                if part == "matmuls":  # (x, weight, packed): a prepacked weight keeps its shape
+                    shape = (int(args[1].shape[0]), int(args[1].shape[1]))
+                    by_shape[shape] = by_shape.get(shape, 0.0) + dt
 
         return run
 
@@ -181,6 +186,10 @@ def decode_step_parts(policy: HFPolicy, prompt: list[int], batch: int, tokens: i
         f"decode step, ms: {spent['step'] / steps * 1e3:.1f} in all; matmuls"
         f" {spent['matmuls'] / steps * 1e3:.1f}, shared-prefix attention"
         f" {spent['attention'] / steps * 1e3:.1f}, the rest {rest / steps * 1e3:.1f}"
+    )
+    print(
+        "matmuls by weight (out x in), ms per step: "
+        + ", ".join(f"{o}x{i} {t / steps * 1e3:.1f}" for (o, i), t in sorted(by_shape.items()))
     )
 
 
