@@ -74,8 +74,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """A recipe end to end (recipes/NAME/demo.py; file selection by default)."""
-    from agentrft import recipes
+    """A recipe end to end (agentrft/tasks/NAME/demo.py; file selection by default)."""
+    from agentrft.tasks import runner as recipes
 
     demo = recipes.load(args.name)
     job_path = Path(args.job) if args.job else None
@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         "name",
         nargs="?",
         default="file_selection",
-        help="the recipe: a folder under recipes/ (default file_selection)",
+        help="the recipe: a folder under agentrft/tasks/ (default file_selection)",
     )
     d.add_argument("--out", default=None, help="output folder (default runs/demo)")
     d.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--job",
         default=None,
-        help="a variant of the recipe's job, e.g. recipes/file_selection/history/job_v6.yaml (default: its job.yaml)",
+        help="a variant of the recipe's job, e.g. agentrft/tasks/file_selection/history/job_v6.yaml (default: its job.yaml)",
     )
     d.add_argument(
         "--seeds",

@@ -14,7 +14,11 @@ import argparse
 import time
 from typing import Any
 
-from agentrft.data.from_git import DEFAULT_MAX_FILES, DEFAULT_VAL_FRACTION, DEFAULT_WORKED_EXAMPLES
+from agentrft.tasks.file_selection.dataset import (
+    DEFAULT_MAX_FILES,
+    DEFAULT_VAL_FRACTION,
+    DEFAULT_WORKED_EXAMPLES,
+)
 
 
 def _print_report(lines: list[str], out: str, t0: float) -> None:
@@ -29,7 +33,7 @@ def _print_report(lines: list[str], out: str, t0: float) -> None:
 
 
 def cmd_from_git(args: argparse.Namespace) -> int:
-    from agentrft.data.from_git import build_dataset
+    from agentrft.tasks.file_selection.dataset import build_dataset
 
     t0 = time.perf_counter()
     report = build_dataset(
@@ -52,7 +56,7 @@ def cmd_from_git(args: argparse.Namespace) -> int:
 
 
 def cmd_repo_qa(args: argparse.Namespace) -> int:
-    from agentrft.data.repo_qa import KINDS, build_dataset
+    from agentrft.tasks.repo_research.dataset import KINDS, build_dataset
 
     t0 = time.perf_counter()
     report = build_dataset(
@@ -73,7 +77,7 @@ def cmd_repo_qa(args: argparse.Namespace) -> int:
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
-    from agentrft.data.kernels import DEFAULT_TASKS, build_dataset
+    from agentrft.tasks.kernels.dataset import DEFAULT_TASKS, build_dataset
 
     t0 = time.perf_counter()
     report = build_dataset(
@@ -85,7 +89,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 def cmd_code_fix(args: argparse.Namespace) -> int:
     from agentrft.console import console
-    from agentrft.data.code_fix import build_dataset
+    from agentrft.tasks.code_fix.dataset import build_dataset
 
     t0 = time.perf_counter()
     report = build_dataset(
@@ -178,9 +182,9 @@ def add_commands(subparsers: Any) -> None:
     )
     g.set_defaults(func=cmd_from_git)
 
-    from agentrft.data.repo_qa import DEFAULT_PER_FILE, KINDS
-    from agentrft.data.repo_qa import DEFAULT_VAL_FRACTION as QA_VAL_FRACTION
-    from agentrft.data.repo_qa import DEFAULT_WORKED_EXAMPLES as QA_EXAMPLES
+    from agentrft.tasks.repo_research.dataset import DEFAULT_PER_FILE, KINDS
+    from agentrft.tasks.repo_research.dataset import DEFAULT_VAL_FRACTION as QA_VAL_FRACTION
+    from agentrft.tasks.repo_research.dataset import DEFAULT_WORKED_EXAMPLES as QA_EXAMPLES
 
     q = sub.add_parser(
         "repo-qa",
@@ -260,7 +264,7 @@ def add_commands(subparsers: Any) -> None:
         "--tasks",
         default=None,
         metavar="YAML",
-        help="task list (default: recipes/kernels/tasks.yaml)",
+        help="task list (default: agentrft/tasks/kernels/tasks.yaml)",
     )
     k.add_argument(
         "--seed", type=int, default=1234, help="seed of every row's random inputs (default 1234)"
@@ -272,7 +276,7 @@ def add_commands(subparsers: Any) -> None:
     )
     k.set_defaults(func=cmd_kernels)
 
-    from agentrft.data import code_fix as cf
+    from agentrft.tasks.code_fix import dataset as cf
 
     c = sub.add_parser(
         "code-fix",

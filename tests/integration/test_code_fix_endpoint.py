@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.integration, needs_bwrap]
 
 
 def test_the_task_runs_and_is_graded_against_an_endpoint(base_policy: Any, tmp_path: Path) -> None:
-    from agentrft import recipes
     from agentrft.data import load_dataset
-    from agentrft.data.code_fix import build_dataset
+    from agentrft.tasks import runner as recipes
+    from agentrft.tasks.code_fix.dataset import build_dataset
 
     project = tmp_path / "calc"
     project.mkdir()

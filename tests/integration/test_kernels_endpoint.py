@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.integration, needs_bwrap]
 def test_the_kernel_task_runs_and_is_graded_against_an_endpoint(
     base_policy: Any, tmp_path: Path
 ) -> None:
-    from agentrft import recipes
     from agentrft.data import load_dataset
+    from agentrft.tasks import runner as recipes
 
     job = recipes.demo_job(RECIPE, RECIPE / "data", tmp_path, 1, 1, RECIPE / "job.yaml")
     items = load_dataset(RECIPE / "data/val.jsonl")[:1]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrft import recipes
+from agentrft.tasks import runner as recipes
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

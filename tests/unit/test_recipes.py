@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentrft import recipes
 from agentrft.cli import main
 from agentrft.errors import ConfigError
+from agentrft.tasks import runner as recipes
 
 
 def test_the_recipes_in_the_checkout_are_found_and_expose_run():
@@ -28,7 +28,7 @@ def test_a_new_folder_with_a_demo_is_a_recipe_and_a_wrong_name_lists_them(tmp_pa
     with pytest.raises(ConfigError, match="no recipe 'nope' -> one of: broken, mine"):
         recipes.load("nope", tmp_path)
     with pytest.raises(
-        ConfigError, match=r"defines RECIPE = agentrft.recipes.Recipe\(...\), or run"
+        ConfigError, match=r"defines RECIPE = agentrft.tasks.runner.Recipe\(...\), or run"
     ):
         recipes.load("broken", tmp_path)
 
@@ -45,7 +45,7 @@ def test_a_recipe_that_only_describes_itself_gets_the_shared_runner(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "demo.py").write_text(
         "from pathlib import Path\n"
-        "from agentrft import recipes\n"
+        "from agentrft.tasks import runner as recipes\n"
         "RECIPE = recipes.Recipe(title='mine', folder=Path(__file__).parent, build_data=print,\n"
         "    metric='m', row_scores=dict, headline=dict, expected=str)\n"
     )

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "code_fix"
+RECIPE = Path(__file__).resolve().parents[3] / "agentrft" / "tasks" / "code_fix"
 
 CORE = '''\
 """Small arithmetic helpers."""
@@ -172,7 +172,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def dataset(project: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every bug the builder can inject into the project and its tests catch."""
-    from agentrft.data.code_fix import build_dataset
+    from agentrft.tasks.code_fix.dataset import build_dataset
 
     out = tmp_path_factory.mktemp("calc-data")
     report = build_dataset(project, out, max_per_file=100, max_per_function=100)

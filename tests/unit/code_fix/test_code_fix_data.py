@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrft.data.code_fix import KINDS, choose, edit_prefill, mutations, parse_junit
 from agentrft.errors import ConfigError
+from agentrft.tasks.code_fix.dataset import KINDS, choose, edit_prefill, mutations, parse_junit
 
 from .conftest import CORE, make_project, needs_bwrap
 
@@ -104,7 +104,7 @@ def test_rows_are_bugs_the_tests_catch(dataset: dict, project: Path) -> None:
 
 @needs_bwrap
 def test_refuses_tests_that_fail_before_any_bug(tmp_path: Path) -> None:
-    from agentrft.data.code_fix import build_dataset
+    from agentrft.tasks.code_fix.dataset import build_dataset
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -121,7 +121,7 @@ def test_refuses_tests_that_fail_before_any_bug(tmp_path: Path) -> None:
 
 
 def test_bad_input_is_refused_with_the_fix(tmp_path: Path, project: Path) -> None:
-    from agentrft.data.code_fix import build_dataset
+    from agentrft.tasks.code_fix.dataset import build_dataset
 
     with pytest.raises(ConfigError, match="not a git repository"):
         build_dataset(tmp_path, tmp_path / "out")

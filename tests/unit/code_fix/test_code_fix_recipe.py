@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from agentrft import recipes
 from agentrft.graders import build_grader
 from agentrft.job import load_job
+from agentrft.tasks import runner as recipes
 
 from .conftest import RECIPE, load_env
 

@@ -13,7 +13,7 @@ import pytest
 from tests.unit.git_repos import T0, git
 from tests.unit.recipe_env import load_fresh
 
-RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
+RECIPE = Path(__file__).resolve().parents[3] / "agentrft" / "tasks" / "file_selection"
 
 
 class GitRepo:

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentrft import recipes
 from agentrft.console import console
+from agentrft.tasks import runner as recipes
 
-RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "file_selection"
+RECIPE = Path(__file__).resolve().parents[3] / "agentrft" / "tasks" / "file_selection"
 
 
 @pytest.fixture(scope="module")

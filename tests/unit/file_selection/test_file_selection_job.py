@@ -8,10 +8,10 @@ import json
 import httpx
 import pytest
 
-from agentrft.data.from_git import build_dataset
 from agentrft.graders import build_grader, sample_from_text
 from agentrft.job import load_job
 from agentrft.policy.tool_format import parse_reply
+from agentrft.tasks.file_selection.dataset import build_dataset
 from agentrft.tools.launch import launch_environment
 
 

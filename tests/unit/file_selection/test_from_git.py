@@ -10,7 +10,7 @@ import pytest
 
 from agentrft.cli import main
 from agentrft.data import load_dataset
-from agentrft.data.from_git import build_dataset, parse_log, split_by_time
+from agentrft.tasks.file_selection.dataset import build_dataset, parse_log, split_by_time
 
 
 def read_rows(path: Path) -> list[dict]:

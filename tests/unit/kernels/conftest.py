@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-RECIPE = ROOT / "recipes" / "kernels"
+RECIPE = ROOT / "agentrft" / "tasks" / "kernels"
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="the kernel graders run in bubblewrap"

@@ -59,7 +59,7 @@ STATIC_HACKS: dict[str, tuple[str, str, str]] = {
     ),
     "imports_the_reference_module": (
         "softmax_rows",
-        "from agentrft.data.kernels import reference_function\n\ndef kernel(x):\n    return x.softmax(-1)",
+        "from agentrft.tasks.kernels.dataset import reference_function\n\ndef kernel(x):\n    return x.softmax(-1)",
         "no_harness_access",
     ),
     "imports_the_grader": (

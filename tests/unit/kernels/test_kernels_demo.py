@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agentrft import recipes
 from agentrft.data import load_dataset
 from agentrft.job import load_job
+from agentrft.tasks import runner as recipes
 
 from .conftest import RECIPE
 

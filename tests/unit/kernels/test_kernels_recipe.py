@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from agentrft.cli import main
-from agentrft.data.kernels import DEFAULT_TASKS, build_dataset, load_tasks
 from agentrft.errors import ConfigError
+from agentrft.tasks.kernels.dataset import DEFAULT_TASKS, build_dataset, load_tasks
 
 from .conftest import RECIPE, answer, needs_bwrap
 

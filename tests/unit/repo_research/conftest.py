@@ -13,7 +13,7 @@ from tests.unit.git_repos import git
 from tests.unit.recipe_env import load_fresh
 
 ROOT = Path(__file__).resolve().parents[3]
-RECIPE = ROOT / "recipes" / "repo_research"
+RECIPE = ROOT / "agentrft" / "tasks" / "repo_research"
 
 MODULES = {
     "pkg/__init__.py": "",

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agentrft.cli import main
-from agentrft.data.repo_qa import (
+from agentrft.errors import ConfigError
+from agentrft.tasks.repo_research.dataset import (
     BuildReport,
     build_dataset,
     call_text,
@@ -20,7 +21,6 @@ from agentrft.data.repo_qa import (
     pick_worked_examples,
     questions_from_code,
 )
-from agentrft.errors import ConfigError
 from agentrft.tools.code_search import read_tree
 
 from .conftest import MODULES, ROOT

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrft import recipes
+from agentrft.tasks import runner as recipes
 
 from .conftest import RECIPE
 

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrft.data.from_git import PathFilter, _git, _write_jsonl, repo_root
 from agentrft.data.jsonl import load_dataset
 from agentrft.errors import ConfigError
+from agentrft.tasks.file_selection.dataset import PathFilter, _git, _write_jsonl, repo_root
 from agentrft.tools.code_search import read_tree
 
 DEFAULT_VAL_FRACTION = 0.25

@@ -6,7 +6,7 @@ The dataset is built from the history up to PINNED_REV, so every clone builds th
 (later commits do not shift the numbers). Everything lands in one folder (default runs/demo).
 Run it through `make demo` or `agentrft demo [--steps N] [--seed S] [--out DIR]`, and over
 several seeds with `agentrft demo --seeds 1 2 3`. The steps themselves are the runner every
-recipe shares (agentrft.recipes); this file says what is this recipe's own: its data, its
+recipe shares (agentrft.tasks.runner); this file says what is this recipe's own: its data, its
 measure (exact file F1 per held-out row) and the numbers it reports.
 """
 
@@ -16,10 +16,10 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from agentrft import recipes
-from agentrft.data.from_git import build_dataset
 from agentrft.evaluate.estimators import row_means
 from agentrft.job import Job
+from agentrft.tasks import runner as recipes
+from agentrft.tasks.file_selection.dataset import build_dataset
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -54,7 +54,7 @@ DTYPES = (*TOLERANCES, "int64", "int32", "bool")
 DISTS = ("normal", "uniform", "positive", "randint", "bool")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_SEED = 1234
-DEFAULT_TASKS = Path(__file__).resolve().parents[2] / "recipes" / "kernels" / "tasks.yaml"
+DEFAULT_TASKS = Path(__file__).resolve().parent / "tasks.yaml"
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def load_tasks(path: str | Path, *, run: bool = True) -> list[KernelTask]:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("tasks"), list) or not data["tasks"]:
         raise ConfigError(
-            f"{path}: expected `tasks:` followed by a list of tasks (see agentrft.data.kernels)"
+            f"{path}: expected `tasks:` followed by a list of tasks (see agentrft.tasks.kernels.dataset)"
         )
     nodes = next(v for k, v in root.value if k.value == "tasks").value  # type: ignore[union-attr]
     tasks: list[KernelTask] = []
@@ -367,7 +367,7 @@ def build_dataset(
     """train.jsonl and val.jsonl (by each task's `split`) in `out`, from a task file. With
     `prefill`, each row's reply starts as its kernel's signature up to `return ` (the row's
     own `prefill`, for local models only: a chat endpoint takes no prefill)."""
-    from agentrft.data.from_git import _write_jsonl
+    from agentrft.tasks.file_selection.dataset import _write_jsonl
 
     tasks = load_tasks(tasks_path)
     out = Path(out)

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrft import recipes
 from agentrft.console import console, show_messages, summary_table
 from agentrft.data import load_dataset
-from agentrft.data.kernels import build_dataset
 from agentrft.evaluate.commands import evaluate_model, preflight_job, print_preflight
 from agentrft.rollout.records import read_jsonl
+from agentrft.tasks import runner as recipes
+from agentrft.tasks.kernels.dataset import build_dataset
 from agentrft.train.loop import train
 
 HERE = Path(__file__).resolve().parent
@@ -150,7 +150,7 @@ def run(
     show_best(read_jsonl(out / "easy-baseline/rollouts.jsonl"), "easy variant, held-out task")
     if easy_rep["verdict"] in ("learnable", "weak_signal"):
         console.print(
-            "the easier variant has signal: `agentrft train recipes/kernels/job_easy.yaml` trains it (not part of the timed demo)"
+            "the easier variant has signal: `agentrft train agentrft/tasks/kernels/job_easy.yaml` trains it (not part of the timed demo)"
         )
 
     summary["wall_s"] = time.perf_counter() - t0

@@ -7,7 +7,7 @@ The questions are built from the code at PINNED_REV, so every clone builds the s
 Everything lands in one folder (default runs/demo-repo_research). Run it through
 `agentrft demo repo_research [--steps N] [--seed S] [--out DIR] [--job job_cliff.yaml]`, and
 over several seeds with `--seeds 1 2 3`. The steps themselves are the runner every recipe
-shares (agentrft.recipes); this file says what is this recipe's own: its data, its measure
+shares (agentrft.tasks.runner); this file says what is this recipe's own: its data, its measure
 (fact recall per held-out question) and the numbers it reports, tool-call tail included.
 """
 
@@ -17,11 +17,11 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from agentrft import recipes
-from agentrft.data.repo_qa import build_dataset
 from agentrft.evaluate.report import record_tool_call_tokens
 from agentrft.job import Job
 from agentrft.rollout.records import distribution
+from agentrft.tasks import runner as recipes
+from agentrft.tasks.repo_research.dataset import build_dataset
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -42,7 +42,7 @@ from typing import Any
 
 import pathspec
 
-from agentrft.data.code_fix import CONFIG_FILES, DEFAULT_TESTS, OUTPUT_MAX_CHARS, run_tests
+from agentrft.tasks.code_fix.dataset import CONFIG_FILES, DEFAULT_TESTS, OUTPUT_MAX_CHARS, run_tests
 from agentrft.tools import repo_workspace as rw
 from agentrft.tools.envkit import ToolInputError, ToolServer, TraceContext
 
@@ -78,8 +78,8 @@ def workspace(ctx: TraceContext) -> Path:
                 shutil.rmtree(root, ignore_errors=True)
                 raise
             ctx.state.update(root=root, edits=0, runs=[])
-        root: Path = ctx.state["root"]
-        return root
+        made: Path = ctx.state["root"]
+        return made
 
 
 def apply_patch(root: Path, patch: str) -> None:

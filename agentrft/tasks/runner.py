@@ -1,4 +1,4 @@
-"""The recipes (`recipes/NAME/`, one folder per use case) that `agentrft demo NAME` runs: how
+"""The recipes (`agentrft/tasks/NAME/`, one folder per use case) that `agentrft demo NAME` runs: how
 they are found, and the one runner they share.
 
 A recipe is a folder of the agentrft checkout holding a `demo.py` with the same small
@@ -40,7 +40,7 @@ from agentrft.rollout.records import read_jsonl
 from agentrft.train.loop import train
 from agentrft.train.observe import read_metrics
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parent
 DEFAULT = "file_selection"
 
 
@@ -69,7 +69,7 @@ def load(name: str = DEFAULT, root: Path = RECIPES) -> ModuleType:
         module.__dict__.setdefault("run_seeds", functools.partial(run_seeds, recipe))
     if not callable(getattr(module, "run", None)):
         raise ConfigError(
-            f"{script}: a recipe's demo.py defines RECIPE = agentrft.recipes.Recipe(...), or run(out, steps=None, seed=None, job_path=None)"
+            f"{script}: a recipe's demo.py defines RECIPE = agentrft.tasks.runner.Recipe(...), or run(out, steps=None, seed=None, job_path=None)"
         )
     return module
 
@@ -81,7 +81,7 @@ class Recipe:
     for all of them: data -> baseline -> pre-flight -> train -> trained eval -> compare."""
 
     title: str  # "file selection": the report's title
-    folder: Path  # recipes/NAME: job.yaml and env.py
+    folder: Path  # agentrft/tasks/NAME: job.yaml and env.py
     build_data: Callable[[Path], Any]  # writes DIR/train.jsonl, DIR/val.jsonl; returns a report
     metric: str  # the headline key that is the recipe's measure, e.g. "mean file F1"
     row_scores: Callable[[list[dict[str, Any]]], dict[Any, float]]  # that measure per row

@@ -154,7 +154,7 @@ def mismatch(out: Any, expected: Any, tolerance: dict[str, float] | None) -> str
     """Why `out` is not `expected` ('' when it matches within the dtype's tolerance)."""
     import torch
 
-    from agentrft.data.kernels import tolerance_for
+    from agentrft.tasks.kernels.dataset import tolerance_for
 
     if out.dtype != expected.dtype:
         return f"dtype {out.dtype} instead of {expected.dtype}"
@@ -170,13 +170,13 @@ def mismatch(out: Any, expected: Any, tolerance: dict[str, float] | None) -> str
 
 
 def _inputs(item: dict[str, Any], sizes: dict[str, int], seed: int) -> list[Any]:
-    from agentrft.data.kernels import build_inputs
+    from agentrft.tasks.kernels.dataset import build_inputs
 
     return build_inputs(item["args"], sizes, seed)
 
 
 def _reference(item: dict[str, Any]) -> Any:
-    from agentrft.data.kernels import reference_function
+    from agentrft.tasks.kernels.dataset import reference_function
 
     return reference_function(item["reference"])
 

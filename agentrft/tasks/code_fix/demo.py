@@ -19,16 +19,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrft import recipes
 from agentrft.console import console, summary_table
 from agentrft.data import load_dataset
-from agentrft.data.code_fix import build_dataset, hinted
 from agentrft.errors import ConfigError
 from agentrft.evaluate.commands import evaluate_model, preflight_job, print_compare, print_preflight
 from agentrft.evaluate.estimators import paired_difference
 from agentrft.evaluate.report import write_report
 from agentrft.job import Job
 from agentrft.rollout.records import read_jsonl
+from agentrft.tasks import runner as recipes
+from agentrft.tasks.code_fix.dataset import build_dataset, hinted
 from agentrft.tools.envkit import free_port
 from agentrft.train.loop import train
 from agentrft.train.observe import read_metrics

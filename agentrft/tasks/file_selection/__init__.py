@@ -1,0 +1,1 @@
+"""The file_selection task: dataset builder, environment, job(s), demo and README with results."""

@@ -1,0 +1,1 @@
+"""The kernels task: dataset builder, environment, job(s), demo and README with results."""

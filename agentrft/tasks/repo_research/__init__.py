@@ -1,0 +1,1 @@
+"""The repo_research task: dataset builder, environment, job(s), demo and README with results."""
