@@ -34,7 +34,7 @@ from agentrft.train.loop import train
 from agentrft.train.observe import read_metrics
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+REPO = HERE.parents[2]  # the agentrft checkout
 PINNED_REV = "fb285dde908efab8c8bc1ae25f97d1994d15474e"  # the code the bugs go into: every clone builds the same rows
 INCLUDE = (  # small, pure modules whose unit tests run in seconds without the model
     "agentrft/graders/string_check.py",

@@ -22,7 +22,7 @@ from agentrft.tasks import runner as recipes
 from agentrft.tasks.file_selection.dataset import build_dataset
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+REPO = HERE.parents[2]  # the agentrft checkout
 PINNED_REV = "2fc09be9e65b91fff88eb8c40650deed8b9acf28"  # history up to this commit: every clone builds the same rows
 VAL_FRACTION = 0.25  # the newest quarter of the kept commits: 16 held-out rows at PINNED_REV
 

@@ -24,7 +24,7 @@ from agentrft.tasks import runner as recipes
 from agentrft.tasks.repo_research.dataset import build_dataset
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+REPO = HERE.parents[2]  # the agentrft checkout
 PINNED_REV = "73d01a1e19d177ebfeb23dbff07d1f6e107b01e8"  # the code the questions are about: every clone builds the same rows
 INCLUDE = (
     "agentrft/",
