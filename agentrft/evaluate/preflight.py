@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,21 @@ from agentrft.graders import reward_of
 from agentrft.types import Group
 
 EPS = 1e-9
+
+
+class Verdict(StrEnum):
+    """What the pre-flight found; its value is the string the reports and summaries hold."""
+
+    BROKEN = "broken"  # too many rollouts discarded or grades failed: fix tools or grader
+    NO_REWARD = "no_reward"  # every rollout scored the same low reward: nothing to reinforce
+    SATURATED = "saturated"  # (nearly) every row solved on every sample: nothing left to learn
+    WEAK_SIGNAL = "weak_signal"  # few rows whose rewards differ, or best-of-k barely rises
+    LEARNABLE = "learnable"
+
+    @property
+    def worth_training(self) -> bool:
+        """Training can learn something: the task is not broken and some reward was found."""
+        return self not in (Verdict.BROKEN, Verdict.NO_REWARD)
 
 
 def learnability(
@@ -54,14 +70,14 @@ def learnability(
     }
 
 
-def verdict(stats: dict[str, Any], results: dict[str, Any]) -> tuple[str, list[str]]:
-    """(verdict, advice). Verdicts: broken, no_reward, saturated, weak_signal, learnable."""
+def verdict(stats: dict[str, Any], results: dict[str, Any]) -> tuple[Verdict, list[str]]:
+    """(verdict, advice)."""
     advice: list[str] = []
     calls = results["tool_calls"]["mean"] * max(1, results["rollouts"] - results["discarded"])
     invalid_share = results["invalid_tool_calls"] / calls if calls else 0.0
     if results["discard_rate"] > 0.2 or results["grader_error_rate"] > 0.2:
         reasons = list(results.get("discard_reasons", {})) + list(results.get("grader_errors", {}))
-        return "broken", [
+        return Verdict.BROKEN, [
             f"{results['discard_rate']:.0%} of rollouts were discarded and {results['grader_error_rate']:.0%} of grades failed: fix the tools or the grader before anything else.",
             *[f"reason: {r}" for r in reasons[:5]],
             "Check the grader alone with `agentrft grader run GRADER.json --sample S.json --item I.json`.",
@@ -79,31 +95,31 @@ def verdict(stats: dict[str, Any], results: dict[str, Any]) -> tuple[str, list[s
             "The model almost never calls a tool: show it how in the system prompt and few-shot examples, or prefill the reply."
         )
     if stats["rows_scored"] == 0:
-        return "broken", ["No row got two graded rollouts; nothing can be measured.", *advice]
+        return Verdict.BROKEN, ["No row got two graded rollouts; nothing can be measured.", *advice]
     if stats["reward_max"] - stats["reward_min"] <= EPS:
         if stats["reward_max"] <= 0 + EPS or stats["reward_max"] < stats["threshold"]:
-            return "no_reward", [
+            return Verdict.NO_REWARD, [
                 f"Every rollout scored {stats['reward_max']:.3g}: there is no better sample for RL to reinforce.",
                 *advice,
                 "Fix the prompt, tools or grader first; make the reward continuous (partial credit) so near-misses count; or raise compute_multiplier so more samples per row are tried.",
             ]
-        return "saturated", [
+        return Verdict.SATURATED, [
             f"Every rollout already scores {stats['reward_max']:.3g}: the task is too easy to teach anything. Use harder rows or a stricter grader."
         ]
     if stats["rows_all_max"] > 0.9:
-        return "saturated", [
+        return Verdict.SATURATED, [
             f"{stats['rows_all_max']:.0%} of rows are solved on every sample: little is left to learn. Use harder rows.",
             *advice,
         ]
     ks = sorted(int(k) for k in stats["best_of_k"])
     gain = stats["best_of_k"][str(ks[-1])] - stats["best_of_k"][str(ks[0])] if ks else 0.0
     if stats["rows_with_signal"] < 0.25 or gain < 0.02:
-        return "weak_signal", [
+        return Verdict.WEAK_SIGNAL, [
             f"Only {stats['rows_with_signal']:.0%} of rows have rewards that differ across samples (best-of-{ks[-1] if ks else '?'} gains {gain:+.3f}).",
             *advice,
             "Raise compute_multiplier (more samples per row), give partial credit in the grader, or improve the prompt so successes happen more often.",
         ]
-    return "learnable", [
+    return Verdict.LEARNABLE, [
         f"{stats['rows_with_signal']:.0%} of rows carry signal and best-of-{ks[-1]} is {gain:+.3f} above best-of-{ks[0]}: sampling more finds better answers, which RL can learn from. Train.",
         *advice,
     ]

@@ -34,6 +34,7 @@ from agentrft.data import load_dataset
 from agentrft.errors import ConfigError
 from agentrft.evaluate.commands import evaluate_model, preflight_job, print_compare, print_preflight
 from agentrft.evaluate.estimators import paired_difference
+from agentrft.evaluate.preflight import Verdict
 from agentrft.evaluate.report import write_report
 from agentrft.job import Job, load_job
 from agentrft.rollout.records import read_jsonl
@@ -76,6 +77,18 @@ def load(name: str = DEFAULT, root: Path = RECIPES) -> ModuleType:
 
 # -- the runner every recipe's demo.py calls -------------------------------------------------
 @dataclass(frozen=True)
+class Variant:
+    """One job of a recipe and the data folder it reads. A recipe's variants are measured in
+    order (baseline, then pre-flight); the first trainable one whose pre-flight finds signal
+    is trained and compared, and after it only the measure-only ones (`train=False`) run."""
+
+    name: str = "task"
+    job: str = "job.yaml"  # in the recipe's folder
+    data: str = "data"  # the folder under the demo's output that build_data writes for it
+    train: bool = True  # False: baseline and pre-flight only, never trained
+
+
+@dataclass(frozen=True)
 class Recipe:
     """What differs between recipes; `run` and `run_seeds` below do the rest, the same way
     for all of them: data -> baseline -> pre-flight -> train -> trained eval -> compare."""
@@ -96,6 +109,11 @@ class Recipe:
     # the training rows the pre-flight samples, given them all and preflight_rows (default: the first)
     select_preflight: Callable[[list[Any], int], list[Any]] = lambda items, n: items[:n]
     seed_columns: tuple[str, ...] = ()  # headline keys shown per seed beside the measure
+    # the jobs measured in order (one, unless the recipe has easier variants to fall back on);
+    # build_data writes the first one's data folder and returns the report of the rows
+    variants: tuple[Variant, ...] = (Variant(),)
+    # the variant's job, reading `data` and writing under `out` (default: demo_job below)
+    variant_job: Callable[..., Job] | None = None
 
 
 def demo_job(
@@ -158,77 +176,58 @@ def show_best_rollout(recipe: Recipe, records: list[dict[str, Any]], label: str)
     )
 
 
-def run(
-    recipe: Recipe,
-    out: Path,
-    steps: int | None = None,
-    seed: int | None = None,
-    job_path: Path | None = None,
-) -> dict[str, Any]:
-    """The recipe end to end in `out`; returns the summary it also writes to out/summary.json."""
-    t0 = time.perf_counter()
-    out = out.resolve()  # the job resolves relative paths against its own folder, not the caller's
-    out.mkdir(parents=True, exist_ok=True)
+@dataclass
+class Measured:
+    """One variant's job, rows and baseline, and what its pre-flight said."""
 
-    console.rule(f"1/6 data: {recipe.title}")
-    report = recipe.build_data(out / "data")
-    for line in report.lines():
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    if report.train < recipe.preflight_rows or report.val < 2:
-        raise ConfigError(
-            f"{recipe.too_few_rows} ({report.train} train / {report.val} validation rows)"
-        )
-    job = demo_job(
-        recipe.folder, out / "data", out, steps, seed, job_path.resolve() if job_path else None
+    job: Job
+    train_items: list[Any]
+    val_items: list[Any]
+    out: Path
+    before: dict[str, Any]
+    preflight: dict[str, Any]
+
+
+def measure(recipe: Recipe, job: Job, data: Path, out: Path, label: str) -> Measured:
+    """Baseline on the held-out rows, then the pre-flight on training rows, for one variant."""
+    train_items = load_dataset(data / "train.jsonl")
+    val_items = recipe.select_val(load_dataset(data / "val.jsonl"))
+    n, k, rows = recipe.eval_samples, recipe.preflight_k, recipe.preflight_rows
+    console.rule(
+        f"{label}baseline: the base model on {len(val_items)} held-out {recipe.rows} x {n}"
     )
-    train_items = load_dataset(out / "data/train.jsonl")
-    val_items = recipe.select_val(load_dataset(out / "data/val.jsonl"))
-    n = recipe.eval_samples
-
-    console.rule(f"2/6 baseline: the base model on {len(val_items)} held-out {recipe.rows} x {n}")
     before = evaluate_model(job, val_items, n, "base", out / "baseline", label="baseline")
-    console.print(summary_table(before, title="baseline"))
-
-    k, rows = recipe.preflight_k, recipe.preflight_rows
-    console.rule(f"3/6 pre-flight: {rows} training {recipe.rows} x {k}")
+    console.print(summary_table(before, title=f"{label}baseline"))
+    console.rule(f"{label}pre-flight: {rows} training {recipe.rows} x {k}")
     rep = preflight_job(job, recipe.select_preflight(train_items, rows), k, out / "preflight")
     print_preflight(rep)
-    if rep["verdict"] in ("broken", "no_reward"):  # fix the task before training on it
-        raise ConfigError(
-            f"pre-flight verdict {rep['verdict']!r}: training would learn nothing; see {out / 'preflight'} and the advice above"
-        )
+    return Measured(job, train_items, val_items, out, before, rep)
 
-    console.rule("4/6 train")
+
+def train_and_compare(recipe: Recipe, m: Measured, label: str) -> dict[str, Any]:
+    """Train the variant, evaluate the trained model on the same held-out rows, compare, and
+    write the report; returns the summary's before/after/steps/per_row."""
+    out, job = m.out, m.job
+    console.rule(f"{label}train (the pre-flight found signal)")
     run_dir = train(job, out / "run")
-
-    console.rule(f"5/6 the trained model on the same held-out {recipe.rows}")
-    after = evaluate_model(job, val_items, n, str(run_dir), out / "trained", label="trained")
-    console.print(summary_table(after, title="trained"))
-
-    console.rule("6/6 compare")
-    print_compare(before, after, "base", "trained")
+    console.rule(f"{label}the trained model on the same held-out {recipe.rows}")
+    after = evaluate_model(
+        job, m.val_items, recipe.eval_samples, str(run_dir), out / "trained", label="trained"
+    )
+    console.print(summary_table(after, title=f"{label}trained"))
+    console.rule(f"{label}compare")
+    print_compare(m.before, after, "base", "trained")
     base_records = read_jsonl(out / "baseline/rollouts.jsonl")
     trained_records = read_jsonl(out / "trained/rollouts.jsonl")
-    a, b = recipe.headline(before, base_records, job), recipe.headline(after, trained_records, job)
+    a, b = (
+        recipe.headline(m.before, base_records, job),
+        recipe.headline(after, trained_records, job),
+    )
     paired = per_row(recipe, base_records, trained_records)
-    wall_s = time.perf_counter() - t0
-    summary: dict[str, Any] = {
-        "before": a,
-        "after": b,
-        "metric": recipe.metric,
-        "preflight": {k: rep[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
-        "job": str(job.source),
-        "steps": len(read_metrics(run_dir)),
-        "seed": job.seed,
-        "rows": {"train": len(train_items), "val": len(val_items)},
-        "per_row": paired,
-        "wall_s": wall_s,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
     page = write_report(
         out / "report.html",
         metrics=read_metrics(run_dir),
-        before={"summary": before, "rollouts": base_records},
+        before={"summary": m.before, "rollouts": base_records},
         after={"summary": after, "rollouts": trained_records},
         rollouts=trained_records,
         title=f"agentrft demo: {recipe.title}",
@@ -242,7 +241,79 @@ def run(
     console.print(
         f"\n{recipe.metric}, trained - base, per held-out {recipe.rows[:-1]}: {d['mean']:+.3f} (95% interval {d['low']:+.3f} .. {d['high']:+.3f}, {d['n']} {recipe.rows})"
     )
-    console.print(f"\nreport: {page}\nall outputs: {out}   ({wall_s / 60:.1f} min)")
+    console.print(f"report: {page}")
+    return {"before": a, "after": b, "steps": len(read_metrics(run_dir)), "per_row": paired}
+
+
+def run(
+    recipe: Recipe,
+    out: Path,
+    steps: int | None = None,
+    seed: int | None = None,
+    job_path: Path | None = None,
+) -> dict[str, Any]:
+    """The recipe end to end in `out`; returns the summary it also writes to out/summary.json.
+    `job_path` replaces the first variant's job. A recipe with one variant writes its stages
+    straight into `out`; with several, each into out/NAME."""
+    t0 = time.perf_counter()
+    out = out.resolve()  # the job resolves relative paths against its own folder, not the caller's
+    out.mkdir(parents=True, exist_ok=True)
+
+    console.rule(f"data: {recipe.title}")
+    report = recipe.build_data(out / recipe.variants[0].data)
+    for line in report.lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if report.train < recipe.preflight_rows or report.val < 2:
+        raise ConfigError(
+            f"{recipe.too_few_rows} ({report.train} train / {report.val} validation rows)"
+        )
+    several = len(recipe.variants) > 1
+    make_job = recipe.variant_job or demo_job
+    summary: dict[str, Any] = {"metric": recipe.metric, "variants": {}, "trained": None}
+    lead: Measured | None = None  # the trained variant, else the first: the summary's job and rows
+    for i, variant in enumerate(recipe.variants):
+        if summary["trained"] is not None and variant.train:
+            continue  # one variant is trained; only the measure-only ones are still measured
+        label = f"{variant.name}: " if several else ""
+        vout = out / variant.name if several else out
+        job_file = job_path.resolve() if job_path and i == 0 else recipe.folder / variant.job
+        job = make_job(recipe.folder, out / variant.data, vout, steps, seed, job_file)
+        m = measure(recipe, job, out / variant.data, vout, label)
+        verdict = Verdict(m.preflight["verdict"])
+        summary["variants"][variant.name] = {
+            "job": str(job.source),
+            "baseline": recipe.headline(
+                m.before, read_jsonl(vout / "baseline/rollouts.jsonl"), job
+            ),
+            "preflight": {k: m.preflight[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
+            "preflight_rollouts": recipe.headline(
+                m.preflight["eval"], read_jsonl(vout / "preflight/rollouts.jsonl"), job
+            ),
+            "signal": verdict.worth_training,
+        }
+        lead = lead or m
+        if not variant.train:
+            continue
+        if not verdict.worth_training:  # fix the task before training on it
+            console.print(
+                f"[bold red]{label}pre-flight verdict {verdict.value!r}[/]: training would learn nothing, so it is skipped; see {vout / 'preflight'} and the advice above"
+            )
+            continue
+        summary |= train_and_compare(recipe, m, label) | {"trained": variant.name}
+        lead = m
+    assert lead is not None
+    summary |= {
+        "job": str(lead.job.source),
+        "seed": lead.job.seed,
+        "preflight": {k: lead.preflight[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
+        "rows": {"train": len(lead.train_items), "val": len(lead.val_items)},
+    }
+    if summary["trained"] is None:
+        summary["verdict"] = "no variant's pre-flight found signal: nothing trained"
+        console.print(f"[bold]{summary['verdict']}[/]")
+    summary["wall_s"] = wall_s = time.perf_counter() - t0
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    console.print(f"\nall outputs: {out}   ({wall_s / 60:.1f} min)")
     return summary
 
 
@@ -260,7 +331,7 @@ def run_seeds(
     per_seed: dict[int, dict[str, Any]] = {}
     for i, seed in enumerate(seeds):
         done = out / f"seed-{seed}" / "summary.json"
-        if done.is_file() and "per_row" in (finished := json.loads(done.read_text())):
+        if done.is_file() and "wall_s" in (finished := json.loads(done.read_text())):
             per_seed[seed] = finished
             console.print(
                 f"seed {seed}: reusing the finished run in {done.parent} (delete it to run this seed again)"
@@ -270,32 +341,44 @@ def run_seeds(
         per_seed[seed] = run(
             recipe, out / f"seed-{seed}", steps=steps, seed=seed, job_path=job_path
         )
+    result: dict[str, Any] = {
+        "metric": recipe.metric,
+        "seeds": {str(k): v for k, v in per_seed.items()},
+    }
+    trained = {seed: s for seed, s in per_seed.items() if s.get("trained") is not None}
+    out.mkdir(parents=True, exist_ok=True)
+    if not trained:
+        result["verdict"] = "no variant's pre-flight found signal on any seed: nothing trained"
+        console.print(result["verdict"])
+        (out / "seeds.json").write_text(json.dumps(result, indent=2, default=str))
+        return result
     diffs = [
-        r["after"] - r["before"] for s in per_seed.values() for r in s["per_row"]["rows"].values()
+        r["after"] - r["before"] for s in trained.values() for r in s["per_row"]["rows"].values()
     ]
     pooled = paired_difference(diffs)
     console.rule(f"all seeds: {recipe.metric} on the held-out {recipe.rows}")
     extra = "".join(f"{c + ' base':>22}{'trained':>9}" for c in recipe.seed_columns)
     console.print(f"{'seed':>6}{'base':>10}{'trained':>10}{'gain':>10}   95% interval{extra}")
     for seed, s in per_seed.items():
+        if seed not in trained:
+            console.print(f"{seed:>6}   not trained: {s.get('verdict')}")
+            continue
         d = s["per_row"]["difference"]
         x, y = s["before"][recipe.metric], s["after"][recipe.metric]
         cols = "".join(f"{s['before'][c]:>22.2f}{s['after'][c]:>9.2f}" for c in recipe.seed_columns)
         console.print(
             f"{seed:>6}{x:>10.3f}{y:>10.3f}{y - x:>+10.3f}   {d['low']:+.3f} .. {d['high']:+.3f}{cols}"
         )
-    mean_a = sum(s["before"][recipe.metric] for s in per_seed.values()) / len(per_seed)
-    mean_b = sum(s["after"][recipe.metric] for s in per_seed.values()) / len(per_seed)
+    mean_a = sum(s["before"][recipe.metric] for s in trained.values()) / len(trained)
+    mean_b = sum(s["after"][recipe.metric] for s in trained.values()) / len(trained)
     console.print(
         f"{'mean':>6}{mean_a:>10.3f}{mean_b:>10.3f}{mean_b - mean_a:>+10.3f}   {pooled.low:+.3f} .. {pooled.high:+.3f}  ({pooled.n} {recipe.rows[:-1]} differences)"
     )
-    result = {
-        "metric": recipe.metric,
-        "seeds": {str(k): v for k, v in per_seed.items()},
+    result |= {
         "before": mean_a,
         "after": mean_b,
         "gain": {"mean": pooled.mean, "low": pooled.low, "high": pooled.high, "n": pooled.n},
     }
-    (out / "seeds.json").write_text(json.dumps(result, indent=2))
+    (out / "seeds.json").write_text(json.dumps(result, indent=2, default=str))
     console.print(f"wrote {out / 'seeds.json'}")
     return result

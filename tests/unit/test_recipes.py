@@ -52,3 +52,104 @@ def test_a_recipe_that_only_describes_itself_gets_the_shared_runner(tmp_path):
     module = recipes.load("mine", tmp_path)
     assert module.run.func is recipes.run and module.run.args == (module.RECIPE,)
     assert module.run_seeds.func is recipes.run_seeds
+
+
+def _stub_stages(monkeypatch, verdicts: dict[str, str]) -> list[str]:
+    """The runner's stages without a model: each eval writes one rollout per row whose
+    reward says which variant and model made it; the pre-flight of a variant (told by its
+    output folder) gives `verdicts[name]`; training records what it trained."""
+    import json
+    from pathlib import Path
+
+    trained: list[str] = []
+
+    def evaluate_model(job, items, k, model, out, label):
+        out.mkdir(parents=True, exist_ok=True)
+        reward = 0.8 if model != "base" else 0.2
+        rows = [{"row": i, "reward": reward, "messages": []} for i, _ in enumerate(items)]
+        (out / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return {"reward": {"mean": reward}}
+
+    def preflight_job(job, items, k, out):
+        name = Path(out).parent.name  # the variant's folder (the demo's own when it has one)
+        evaluate_model(job, items, k, "base", out, "pre-flight")
+        return {
+            "eval": {"reward": {"mean": 0.2}},
+            "verdict": verdicts.get(name, verdicts["*"]),
+            "rows_with_signal": 0.5,
+            "best_of_k": {},
+        }
+
+    def train(job, out):
+        trained.append(Path(out).parent.name)
+        out.mkdir(parents=True)
+        (out / "metrics.jsonl").write_text('{"step": 1}\n')
+        return out
+
+    monkeypatch.setattr(recipes, "evaluate_model", evaluate_model)
+    monkeypatch.setattr(recipes, "preflight_job", preflight_job)
+    monkeypatch.setattr(recipes, "train", train)
+    monkeypatch.setattr(recipes, "print_preflight", lambda rep: None)
+    monkeypatch.setattr(recipes, "print_compare", lambda *a: None)
+    monkeypatch.setattr(recipes, "summary_table", lambda *a, **k: "")
+    monkeypatch.setattr(recipes, "write_report", lambda path, **k: path)
+    return trained
+
+
+def _variant_recipe(tmp_path, variants):
+    import json
+    from types import SimpleNamespace
+
+    def build_data(data):
+        row = json.dumps({"messages": [{"role": "user", "content": "q"}]}) + "\n"
+        for v in variants:
+            (data.parent / v.data).mkdir(parents=True, exist_ok=True)
+            for split, n in (("train", 6), ("val", 3)):
+                (data.parent / v.data / f"{split}.jsonl").write_text(row * n)
+        return SimpleNamespace(train=6, val=3, lines=lambda: [])
+
+    def fake_job(folder, data, out, steps, seed, job_path):
+        return SimpleNamespace(source=job_path, seed=seed)
+
+    return recipes.Recipe(
+        title="t",
+        folder=tmp_path,
+        build_data=build_data,
+        metric="reward",
+        row_scores=lambda records: {r["row"]: r["reward"] for r in records},
+        headline=lambda res, records, job: {"reward": res["reward"]["mean"]},
+        expected=str,
+        variants=variants,
+        variant_job=fake_job,
+    )
+
+
+def test_the_runner_trains_the_first_variant_with_signal_and_still_measures_measure_only_ones(
+    tmp_path, monkeypatch
+):
+    trained = _stub_stages(
+        monkeypatch,
+        {"task": "no_reward", "easier": "weak_signal", "hint": "learnable", "*": "broken"},
+    )
+    variants = (
+        recipes.Variant("task", "job.yaml", "data"),
+        recipes.Variant("easier", "job_easy.yaml", "data-easy"),
+        recipes.Variant("easiest", "job_x.yaml", "data-x"),  # skipped: one is already trained
+        recipes.Variant("hint", "job_hint.yaml", "data-hint", train=False),
+    )
+    summary = recipes.run(_variant_recipe(tmp_path, variants), tmp_path / "out", seed=3)
+    assert trained == ["easier"] and summary["trained"] == "easier"
+    assert list(summary["variants"]) == ["task", "easier", "hint"]
+    assert summary["variants"]["task"]["signal"] is False
+    assert summary["variants"]["hint"]["signal"] is True  # measured, never trained
+    assert summary["per_row"]["difference"]["mean"] == pytest.approx(0.6)
+    assert summary["job"] == str(tmp_path / "job_easy.yaml") and summary["seed"] == 3
+
+
+def test_the_runner_trains_nothing_when_no_pre_flight_finds_signal(tmp_path, monkeypatch):
+    trained = _stub_stages(monkeypatch, {"*": "broken"})
+    summary = recipes.run(_variant_recipe(tmp_path, (recipes.Variant(),)), tmp_path / "out")
+    assert trained == [] and summary["trained"] is None
+    assert "nothing trained" in summary["verdict"] and "per_row" not in summary
+    seeds = recipes.run_seeds(_variant_recipe(tmp_path, (recipes.Variant(),)), tmp_path, [1])
+    assert "nothing trained" in seeds["verdict"]

@@ -46,8 +46,11 @@ def test_the_demo_is_a_recipe() -> None:
 
 def test_the_demo_moves_the_environment_and_graders_to_one_free_port(tmp_path) -> None:
     demo = recipes.load("code_fix")
-    for name in demo.VARIANTS:
-        job = demo.variant_job(name, tmp_path, tmp_path / "out", 2, 3, None)
+    assert [v.name for v in demo.RECIPE.variants] == ["task", "easier"]
+    for variant in demo.RECIPE.variants:
+        job = demo.RECIPE.variant_job(
+            RECIPE, tmp_path, tmp_path / "out", 2, 3, RECIPE / variant.job
+        )
         port = job.agentrft.environment.port
         assert port not in (0, 8741)
         urls = [g["url"] for g in job.rl.grader["graders"].values()]
