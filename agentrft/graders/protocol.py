@@ -192,3 +192,22 @@ async def pooled_client() -> AsyncIterator[Any]:
 
     async with new_client(4) as own:
         yield own
+
+
+def run_response(grader: Any, grade: Any) -> dict[str, Any]:
+    """The shape of OpenAI's grader-run response, from one Grade."""
+    errors: dict[str, Any] = {flag: grade.error == flag for flag in ERROR_FLAGS}
+    metrics = {k: v for k, v in grade.metrics.items() if k != "execution_time"}
+    return {
+        "reward": None if grade.error else grade.score,
+        "sub_rewards": dict(grade.sub_scores),
+        "metadata": {
+            "name": grader.name,
+            "type": grader.type,
+            "errors": errors,
+            "error": grade.error,
+            "execution_time": grade.metrics.get("execution_time"),
+            "scores": dict(grade.sub_scores),
+            "metrics": metrics,
+        },
+    }

@@ -1,5 +1,5 @@
 """`/v1/fine_tuning/alpha/graders/validate` and `/run`: OpenAI's grader test API, with the
-same code as `agentrft grader validate|run` (`agentrft.graders.commands`)."""
+same code as `agentrft grader validate|run` (`agentrft.cli.graders`)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def run_grader(
     spec: dict[str, Any], model_sample: str, item: dict[str, Any], trace_id: str
 ) -> dict[str, Any]:
     from agentrft.graders import build_grader, sample_from_text
-    from agentrft.graders.commands import run_response
+    from agentrft.graders.protocol import run_response
 
     try:
         grader = build_grader(spec)

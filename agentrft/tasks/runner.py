@@ -32,8 +32,8 @@ from typing import Any
 from agentrft.console import console, show_messages, summary_table
 from agentrft.data import load_dataset
 from agentrft.errors import ConfigError
-from agentrft.evaluate.commands import evaluate_model, preflight_job, print_compare, print_preflight
 from agentrft.evaluate.estimators import paired_difference
+from agentrft.evaluate.measure import evaluate_model, preflight_job, print_compare, print_preflight
 from agentrft.evaluate.preflight import Verdict
 from agentrft.evaluate.report import write_report
 from agentrft.job import Job, load_job

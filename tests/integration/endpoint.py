@@ -15,7 +15,7 @@ def evaluate_through_endpoint(
     policy: Any, job: Any, items: list[Any], k: int, out: Path
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The eval's result and its rollout records."""
-    from agentrft.evaluate.commands import evaluate_model
+    from agentrft.evaluate.measure import evaluate_model
 
     with serve_in_thread(create_app(policy, "smollm2-135m-instruct")) as url:
         res = evaluate_model(job, items, k, f"{url}/v1", out, label="endpoint")

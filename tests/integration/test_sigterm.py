@@ -15,7 +15,7 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
 SCRIPT = """
 import sys, time
 from pathlib import Path
-from agentrft.cli import _exit_on_sigterm
+from agentrft.cli.main import _exit_on_sigterm
 from agentrft.tools.launch import launch_environment
 with _exit_on_sigterm(), launch_environment("env:app", Path(sys.argv[1])) as url:
     print(url, flush=True)

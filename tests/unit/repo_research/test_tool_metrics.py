@@ -45,7 +45,7 @@ def test_the_report_shows_tool_tokens_and_the_calls_histogram_before_and_after()
 
 
 def test_compare_lists_tokens_sent_to_tools():
-    from agentrft.evaluate.commands import compare_rows
+    from agentrft.evaluate.measure import compare_rows
 
     a = {"tool_call_tokens": {"mean": 40.0, "p50": 30.0, "p95": 90.0, "max": 120.0}}
     b = {"tool_call_tokens": {"mean": 20.0, "p50": 18.0, "p95": 30.0, "max": 40.0}}

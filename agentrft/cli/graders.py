@@ -21,6 +21,7 @@ from typing import Any
 
 from agentrft.config import read_text_file
 from agentrft.errors import ConfigError
+from agentrft.graders.protocol import run_response
 
 
 def _read_sample(path: str) -> dict[str, Any]:
@@ -104,27 +105,6 @@ def _sandbox_limits(args: argparse.Namespace) -> Any:
 
         base = load_job(args.job).agentrft.sandbox.limits()
     return dataclasses.replace(base, **given)
-
-
-def run_response(grader: Any, grade: Any) -> dict[str, Any]:
-    """The shape of OpenAI's grader-run response, from one Grade."""
-    from agentrft.graders.protocol import ERROR_FLAGS
-
-    errors: dict[str, Any] = {flag: grade.error == flag for flag in ERROR_FLAGS}
-    metrics = {k: v for k, v in grade.metrics.items() if k != "execution_time"}
-    return {
-        "reward": None if grade.error else grade.score,
-        "sub_rewards": dict(grade.sub_scores),
-        "metadata": {
-            "name": grader.name,
-            "type": grader.type,
-            "errors": errors,
-            "error": grade.error,
-            "execution_time": grade.metrics.get("execution_time"),
-            "scores": dict(grade.sub_scores),
-            "metrics": metrics,
-        },
-    }
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

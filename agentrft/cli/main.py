@@ -1,4 +1,6 @@
-"""The `agentrft` command line: each subcommand is one step of the user's path."""
+"""The `agentrft` command line: each subcommand is one step of the user's path. The parser,
+the top-level commands (rollout, train, demo, serve-model) and `main`; the other modules of
+agentrft/cli/ add their families of subcommands."""
 
 from __future__ import annotations
 
@@ -12,11 +14,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentrft.data.commands import add_commands as add_data_commands
+from agentrft.cli.data import add_commands as add_data_commands
+from agentrft.cli.evaluate import add_commands as add_evaluate_commands
+from agentrft.cli.graders import add_commands as add_grader_commands
+from agentrft.cli.service import add_commands as add_service_commands
 from agentrft.errors import AgentRFTError, ConfigError
-from agentrft.evaluate.commands import add_commands as add_evaluate_commands
-from agentrft.graders.commands import add_commands as add_grader_commands
-from agentrft.service.commands import add_commands as add_service_commands
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -32,8 +34,12 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from agentrft.policy.hf import HFPolicy
     from agentrft.rollout.group import rollout_groups
     from agentrft.rollout.records import new_output_dir, summarize, to_record, write_jsonl
-    from agentrft.runtime import batched_sampler, sampling_params, settings_from_job
-    from agentrft.tools.launch import job_environment
+    from agentrft.runtime import (
+        batched_sampler,
+        job_environment,
+        sampling_params,
+        settings_from_job,
+    )
 
     job = load_job(args.job)
     train = load_dataset(job.training_path)  # both files are checked before any work
