@@ -1,5 +1,6 @@
 """The one place a `Job` becomes runtime settings: the tools and rollout settings (local model
-or chat endpoint), the sampling parameters, the update and the loss.
+or chat endpoint) and the sampling parameters. The update's and the loss's settings are
+train's own (agentrft.train.settings).
 
 Training, evaluation and the CLI all build their settings here, so one job means the same
 run everywhere. That includes the tool-call cap: a rollout stops once it asks for more calls
@@ -8,7 +9,9 @@ than `agentrft.max_tool_calls` or a `tool_budget` grader allows (`tool_call_cap`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+from collections.abc import Iterator
+from typing import Any
 
 from agentrft.errors import ConfigError
 from agentrft.graders import tool_call_limit
@@ -19,12 +22,7 @@ from agentrft.rollout.chat_episode import ChatRolloutSettings
 from agentrft.rollout.context import ChatRenderer
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.tools import Tool, build_tools
-
-if TYPE_CHECKING:  # torch loads only where a run trains
-    from agentrft.train.loss import LossConfig
-    from agentrft.train.update import UpdateConfig
-
-DAPO_CLIP_HIGH = 0.28  # DAPO's "clip-higher" (Yu et al., 2025): room for rare tokens to grow
+from agentrft.tools.launch import launch_environment
 
 
 def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
@@ -132,39 +130,15 @@ def batched_sampler(job: Job, policy: Policy, params: SamplingParams) -> Batched
     return BatchedSampler(policy, params, max_batch=s.max_batch, kv_cache_mb=s.kv_cache_mb)
 
 
-def loss_config(job: Job) -> LossConfig:
-    """The loss variant and its clip range. `clip_high` unset: DAPO's 0.28 for `dapo`, else
-    symmetric (= clip_low)."""
-    from agentrft.train.loss import LossConfig
-
-    t = job.agentrft.train
-    clip_high = (
-        t.clip_high
-        if t.clip_high is not None
-        else (DAPO_CLIP_HIGH if t.loss == "dapo" else t.clip_low)
-    )
-    return LossConfig(t.loss, t.clip_low, clip_high, t.kl_coef)
-
-
-def normalize_std(job: Job) -> bool:
-    """Whether advantages are divided by the group's reward std: not in Dr. GRPO, which drops
-    that term (it over-weights groups whose rewards barely differ)."""
-    return job.agentrft.train.loss != "dr_grpo"
-
-
-def update_config(job: Job, bf16: bool) -> UpdateConfig:
-    """The weight update's settings. `bf16`: autocast the update, as the loaded policy does
-    (the job's `dtype`, resolved for this hardware)."""
-    from agentrft.train.update import UpdateConfig
-
-    ext = job.agentrft
-    return UpdateConfig(
-        loss=loss_config(job),
-        # log-probs are scored at the temperature they were sampled at (greedy: 1.0)
-        temperature=ext.sampling.temperature if ext.sampling.temperature > 0 else 1.0,
-        ppo_epochs=ext.train.ppo_epochs,
-        micro_batch_tokens=ext.train.micro_batch_tokens,
-        max_grad_norm=ext.train.max_grad_norm,
-        max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
-        bf16=bf16,
-    )
+@contextlib.contextmanager
+def job_environment(job: Job) -> Iterator[str | None]:
+    """Start the job's environment server when it names one; yield its base URL (None when
+    the job has none: its tools then have full URLs or run in process)."""
+    env = job.agentrft.environment
+    if env is None:
+        yield None
+        return
+    with launch_environment(
+        env.app, job.resolve_path(env.dir), env.host, env.port, env.startup_timeout_s, env.env
+    ) as url:
+        yield url

@@ -1,5 +1,5 @@
-"""Start the job's environment server (`agentrft.environment`) for a run, and stop it after:
-`job_environment(job)` for a job, `launch_environment` for any ASGI app.
+"""Start an environment server (any ASGI app: a job's `agentrft.environment`) for a run, and
+stop it after: `launch_environment`; agentrft.runtime.job_environment starts a job's.
 
 It runs as a subprocess (its own interpreter, so tool work never competes with sampling for
 the GIL) on loopback. agentrft waits until it answers HTTP, and always stops it.
@@ -15,29 +15,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 
 from agentrft.errors import ConfigError
 from agentrft.tools.envkit import free_port
-
-if TYPE_CHECKING:
-    from agentrft.job import Job
-
-
-@contextlib.contextmanager
-def job_environment(job: Job) -> Iterator[str | None]:
-    """Start the job's environment server when it names one; yield its base URL (None when
-    the job has none: its tools then have full URLs or run in process)."""
-    env = job.agentrft.environment
-    if env is None:
-        yield None
-        return
-    with launch_environment(
-        env.app, job.resolve_path(env.dir), env.host, env.port, env.startup_timeout_s, env.env
-    ) as url:
-        yield url
 
 
 @contextlib.contextmanager

@@ -36,14 +36,7 @@ from agentrft.redact import redact_job, restore_secrets
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.rollout.group import rollout_groups
 from agentrft.rollout.records import new_output_dir, summarize
-from agentrft.runtime import (
-    batched_sampler,
-    normalize_std,
-    sampling_params,
-    settings_from_job,
-    update_config,
-)
-from agentrft.tools.launch import job_environment
+from agentrft.runtime import batched_sampler, job_environment, sampling_params, settings_from_job
 from agentrft.train.advantages import rollouts_with_advantage
 from agentrft.train.checkpoint import (
     TrainState,
@@ -55,6 +48,7 @@ from agentrft.train.checkpoint import (
     save_checkpoint,
 )
 from agentrft.train.observe import RunLog
+from agentrft.train.settings import normalize_std, update_config
 from agentrft.train.update import update_policy
 from agentrft.types import Group, Item
 

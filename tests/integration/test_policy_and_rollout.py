@@ -129,8 +129,7 @@ def test_real_rollout_against_the_quickstart_server(policy, tmp_path):
     from agentrft.data import load_dataset
     from agentrft.job import load_job
     from agentrft.rollout.group import run_groups
-    from agentrft.runtime import sampling_params, settings_from_job
-    from agentrft.tools.launch import job_environment
+    from agentrft.runtime import job_environment, sampling_params, settings_from_job
 
     job = load_job(ROOT / "examples/quickstart/job.yaml")
     items = load_dataset(job.validation_path)[:2]

@@ -1,4 +1,5 @@
-"""agentrft.runtime: the one place a job becomes rollout, sampling, update and loss settings."""
+"""agentrft.runtime (rollout and sampling settings) and agentrft.train.settings (update and
+loss settings): one job means the same run everywhere."""
 
 from __future__ import annotations
 
@@ -6,13 +7,8 @@ import pytest
 
 from agentrft.graders import build_grader
 from agentrft.job import job_from_dict
-from agentrft.runtime import (
-    chat_settings_from_job,
-    loss_config,
-    normalize_std,
-    tool_call_cap,
-    update_config,
-)
+from agentrft.runtime import chat_settings_from_job, tool_call_cap
+from agentrft.train.settings import loss_config, normalize_std, update_config
 
 INNER = {
     "type": "string_check",
