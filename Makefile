@@ -32,14 +32,18 @@ bench: $(BENCH_STAMP)
 	$(PY) bench/train_vs_trl.py $(BENCH_ARGS)
 
 # $(call apt_install,COMMAND,PACKAGE,WHAT IT IS FOR,WHAT HAPPENS WITHOUT IT): install the
-# Debian package unless COMMAND is already on PATH (with sudo unless root); never fails.
+# Debian package unless COMMAND is already on PATH (with sudo unless root). Outside CI it never
+# fails; under CI (CI=true, as .ci/run sets) a tool that cannot be installed fails the run
+# with the command that installs it, so the tests that need it cannot pass by skipping.
 define apt_install
 @command -v $(1) >/dev/null 2>&1 || { \
   echo "installing $(2) ($(3))"; \
   if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
   $$SUDO apt-get install -y -q $(2) >/dev/null 2>&1 || \
   { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q $(2) >/dev/null; } || \
-  echo "could not install $(2): $(4)"; }
+  { case "$${CI:-}" in true|1|yes) \
+      echo "CI: could not install $(2) ($(3)); install it with: apt-get install -y $(2)" >&2; exit 1;; \
+    *) echo "could not install $(2): $(4)";; esac; }; }
 endef
 
 # Python graders and model-triggered commands run inside bubblewrap (agentrft/sandbox.py).

@@ -8,6 +8,23 @@ from collections.abc import Sequence
 import pytest
 
 from agentrft.policy import Completion, SamplingParams
+from tests.needs import IN_CI, INSTALL, missing
+
+SLOW_TIMEOUT_S = 7200  # a learning curve runs a whole demo; the default per test is 600 s
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under CI, a machine without the sandbox or the browser fails the run at once, with the
+    install command, rather than skipping the tests that need them."""
+    lacking = [tool for tool in INSTALL if missing(tool)]
+    if IN_CI and lacking:
+        pytest.exit("CI needs " + "; ".join(f"{t}: {INSTALL[t]}" for t in lacking), returncode=1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,9 @@
 """The report as a browser shows it: headless Chromium renders the page from disk, and the
 screenshot and the rendered DOM are checked. Skipped only when Chromium is not installed
-(`make test` installs it)."""
+(`make test` installs it), and never under CI (tests/needs.py)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -13,13 +12,11 @@ import pytest
 from PIL import Image
 
 from agentrft.evaluate.report import write_report
+from tests.needs import CHROMIUM, skip_without
 from tests.report_data import eval_records, metrics_rows
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = (
-    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-)
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -34,8 +31,8 @@ FLAGS = [
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium, or run `make test`)")
+    skip_without("chromium")
+    assert CHROMIUM is not None
     profile = tmp_path / "profile"
     return subprocess.run(
         [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],

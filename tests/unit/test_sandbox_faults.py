@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -17,10 +16,9 @@ from agentrft import sandbox
 from agentrft.cli import main
 from agentrft.graders import build_grader, sample_from_text
 from agentrft.sandbox import Limits
+from tests.needs import needs_bwrap
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap not installed (make sandbox)"
-)
+pytestmark = needs_bwrap
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the root-specific escapes need root")
 FAST = Limits(cpu_s=5, wall_s=20, memory_mb=512, file_mb=16)
 

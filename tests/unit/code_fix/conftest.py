@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -155,11 +154,6 @@ def make_project(root: Path) -> str:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "calc")
     return git(root, "rev-parse", "HEAD")
-
-
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap not installed (make sandbox)"
-)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import shutil
 import socket
 import textwrap
 import threading
@@ -18,10 +17,8 @@ from agentrft import sandbox
 from agentrft.errors import ConfigError, SandboxUnavailable
 from agentrft.graders import build_grader, sample_from_text
 from agentrft.sandbox import Limits
+from tests.needs import needs_bwrap
 
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap not installed (make sandbox)"
-)
 FAST = Limits(cpu_s=2, wall_s=10, memory_mb=512, file_mb=16)
 
 

@@ -4,7 +4,6 @@ sandbox, as in training) and the rows of its shipped data."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from tests.needs import needs
+
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ROOT / "agentrft" / "tasks" / "kernels"
 
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="the kernel graders run in bubblewrap"
-)
+needs_bwrap = needs("bwrap", "the kernel graders run in bubblewrap")
 
 
 @pytest.fixture(scope="session")
