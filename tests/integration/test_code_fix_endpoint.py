@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tests.integration.endpoint import evaluate_through_endpoint
-from tests.unit.code_fix.conftest import RECIPE, make_project, needs_bwrap
+from tests.needs import needs_bwrap
+from tests.unit.code_fix.conftest import RECIPE, make_project
 
 pytestmark = [pytest.mark.integration, needs_bwrap]
 

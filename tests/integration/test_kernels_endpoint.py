@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tests.integration.endpoint import evaluate_through_endpoint
-from tests.unit.kernels.conftest import RECIPE, needs_bwrap
+from tests.needs import needs_bwrap
+from tests.unit.kernels.conftest import RECIPE
 
 pytestmark = [pytest.mark.integration, needs_bwrap]
 

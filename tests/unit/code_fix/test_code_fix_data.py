@@ -12,8 +12,9 @@ import pytest
 
 from agentrft.errors import ConfigError
 from agentrft.tasks.code_fix.dataset import KINDS, choose, edit_prefill, mutations, parse_junit
+from tests.needs import needs_bwrap
 
-from .conftest import CORE, make_project, needs_bwrap
+from .conftest import CORE, make_project
 
 
 def test_each_kind_changes_one_line_at_the_operator() -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import Rollout, needs_bwrap, row_for
+from tests.needs import needs_bwrap
+
+from .conftest import Rollout, row_for
 
 pytestmark = needs_bwrap
 

@@ -12,12 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.needs import needs
-
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ROOT / "agentrft" / "tasks" / "kernels"
-
-needs_bwrap = needs("bwrap", "the kernel graders run in bubblewrap")
 
 
 @pytest.fixture(scope="session")

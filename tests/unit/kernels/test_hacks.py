@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import answer, needs_bwrap
+from tests.needs import needs_bwrap
+
+from .conftest import answer
 
 # (task, code, the static check that must fire)
 STATIC_HACKS: dict[str, tuple[str, str, str]] = {

@@ -14,8 +14,9 @@ import pytest
 from agentrft.cli import main
 from agentrft.errors import ConfigError
 from agentrft.tasks.kernels.dataset import DEFAULT_TASKS, build_dataset, load_tasks
+from tests.needs import needs_bwrap
 
-from .conftest import RECIPE, answer, needs_bwrap
+from .conftest import RECIPE, answer
 
 # genuine kernels, one per task they solve: each must pass the static gate
 GENUINE = {
