@@ -177,11 +177,6 @@ def _hidden_and_visible(
     return _outermost(hidden), _outermost(under)
 
 
-def _visible_under_tmp(argv: Sequence[str]) -> list[str]:
-    """Needed directories under /tmp (kept for callers of the old name)."""
-    return _hidden_and_visible(Path("/"), argv, False)[1]
-
-
 def bwrap_argv(workdir: Path, argv: Sequence[str], uid: int | None = None) -> list[str]:
     """The bwrap command line. `uid`: run `argv` as this unprivileged uid (bwrap itself
     runs as root and drops to it inside); None: bwrap's own user namespace."""
@@ -330,11 +325,6 @@ def announce() -> None:
     prot = _probe()
     if isinstance(prot, str):
         log.warning("sandbox unavailable, python graders will refuse to run: %s", prot)
-
-
-def ensure_available() -> None:
-    """Raise SandboxUnavailable (with the fix) unless a sandbox can be built."""
-    protection()
 
 
 def _tail(path: Path) -> str:

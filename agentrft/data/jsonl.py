@@ -1,4 +1,5 @@
-"""Load a dataset: one JSON object per line, `{"messages": [...], ...}`.
+"""Load a dataset: one JSON object per line, `{"messages": [...], ...}`; and the one JSONL
+writer (datasets, rollouts, metrics) that every part of agentrft writes with.
 
 The last message is the user's. Every other key is the row's *item*, which graders reach as
 `{{item.field}}` and which is sent with every tool call. agentrft reserves one optional
@@ -10,6 +11,7 @@ Every bad line is reported with its file, line number and the fix; nothing is sk
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,23 @@ from agentrft.errors import ConfigError
 from agentrft.types import Item
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+def write_jsonl(path: str | Path, rows: Iterable[Any], append: bool = False) -> int:
+    """Write (or append) one JSON object per line; returns how many. UTF-8 stays readable;
+    U+2028/U+2029 are escaped, as many readers split lines there; NaN is refused (it is not
+    JSON)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("a" if append else "w", encoding="utf-8") as fh:
+        for row in rows:
+            line = json.dumps(row, ensure_ascii=False, allow_nan=False)
+            fh.write(line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029") + "\n")
+            n += 1
+    return n
+
+
 MAX_REPORTED = 20
 
 

@@ -12,7 +12,7 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from agentrft.policy.precision import (
     PACK_ROWS,
     DtypeChoice,
     PackedLinears,
+    bf16_autocast,
     packing_speedup,
     resolve_dtype,
 )
@@ -164,14 +165,9 @@ class HFPolicy:
     def _needs_autocast(self) -> bool:
         return self.dtype == "bf16" and next(self.sampler_model.parameters()).dtype == torch.float32
 
-    @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """bf16 autocast when bf16 is asked for but the sampling weights are fp32."""
-        if self._needs_autocast():
-            with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
-                yield
-        else:
-            yield
+        return bf16_autocast(self._needs_autocast(), self.device)
 
     def packed_linears(self) -> PackedLinears | None:
         """The sampling model's prepacked weights, made at first use on a CPU where packing

@@ -14,6 +14,7 @@ the sampling model's weights are prepacked where that measures faster.
 
     choose_dtype(...)   the decision, from facts passed in (unit-tested without this machine)
     resolve_dtype(...)  the same decision with the facts read from this machine
+    bf16_autocast(...)  the one bf16 autocast, for sampling and for the update
     PackedLinears       prepacked copies of a model's Linear weights, used inside `active()`
     packing_speedup()   prepacked over plain matmul throughput on this CPU, once per process
 """
@@ -141,6 +142,15 @@ def measured_bf16_speedup(size: int = 512, seconds: float = 0.1) -> float:
         return n / elapsed
 
     return rate(torch.bfloat16) / rate(torch.float32)
+
+
+def bf16_autocast(enabled: bool, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast on `device` when `enabled` (bf16 asked for over fp32 weights), else nothing."""
+    return (
+        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        if enabled
+        else contextlib.nullcontext()
+    )
 
 
 def resolve_dtype(requested: str, device_type: str) -> DtypeChoice:

@@ -29,6 +29,7 @@ from agentrft.rollout.turns import (
     finish_turn,
     new_trace_id,
 )
+from agentrft.seeds import TURN_STRIDE
 from agentrft.tools import Tool
 from agentrft.types import Item, Origin, StopReason, Trajectory
 
@@ -73,7 +74,7 @@ async def run_episode(
     seed: int | None = None,
 ) -> Trajectory:
     """Run one rollout to its end. `seed` makes its samples reproducible whatever else is
-    batched with them (each reply draws from `seed + turn`). Its KV cache is kept between
+    batched with them (each reply draws from `seed + TURN_STRIDE * turn`, agentrft.seeds). Its KV cache is kept between
     its turns under its trace id, and released when it ends."""
     renderer = settings.renderer
     messages, ctx = renderer.initial(item)
@@ -115,7 +116,7 @@ async def _turns(
         completion = await sampler.sample(
             list(ctx.tokens),
             max_new,
-            None if seed is None else seed + 7919 * len(log.turns),
+            None if seed is None else seed + TURN_STRIDE * len(log.turns),
             key=log.trace_id,
         )
         sample_s = time.perf_counter() - t0

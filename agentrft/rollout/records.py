@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from agentrft.data import jsonl
 from agentrft.types import Grade, Origin, Trajectory
 
 
@@ -104,13 +105,8 @@ def new_output_dir(out: str | Path | None, kind: str, base: str | Path = "runs")
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]], append: bool = False) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    with path.open("a" if append else "w", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(finite(rec), ensure_ascii=False, allow_nan=False) + "\n")
-            n += 1
-    return n
+    """Records as JSONL (agentrft.data.jsonl's writer), non-finite numbers as null."""
+    return jsonl.write_jsonl(path, (finite(rec) for rec in records), append=append)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

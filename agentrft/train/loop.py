@@ -37,6 +37,7 @@ from agentrft.rollout.episode import RolloutSettings
 from agentrft.rollout.group import rollout_groups
 from agentrft.rollout.records import new_output_dir, summarize
 from agentrft.runtime import batched_sampler, job_environment, sampling_params, settings_from_job
+from agentrft.seeds import EPOCH_STRIDE, EVAL_OFFSET, STEP_STRIDE
 from agentrft.train.advantages import rollouts_with_advantage
 from agentrft.train.checkpoint import (
     TrainState,
@@ -61,7 +62,7 @@ def batch_rows(items: list[Item], hp: Resolved, step: int, seed: int) -> list[It
     """The rows of `step`: each epoch is a fresh seeded permutation, read in order."""
     epoch, k = divmod(step, hp.steps_per_epoch)
     order = list(range(len(items)))
-    random.Random(seed * 7919 + epoch).shuffle(order)
+    random.Random(seed * EPOCH_STRIDE + epoch).shuffle(order)
     return [items[i] for i in order[k * hp.batch_size : (k + 1) * hp.batch_size]]
 
 
@@ -132,7 +133,7 @@ def evaluate(
     assert s.val_items is not None
     ext = s.job.agentrft
     params = sampling_params(
-        s.job, seed=s.job.seed + 1_000_000 + step, temperature=ext.train.eval_temperature
+        s.job, seed=s.job.seed + EVAL_OFFSET + step, temperature=ext.train.eval_temperature
     )
     sampler = batched_sampler(s.job, s.policy, params)
     with progress_bar(f"eval at step {step}", len(s.val_items) * s.hp.eval_samples) as advance:
@@ -177,7 +178,7 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             rows = batch_rows(s.train_items, hp, step, job.seed)
             # 2. rollouts
             sampler = batched_sampler(
-                job, s.policy, sampling_params(job, seed=job.seed * 100_003 + step)
+                job, s.policy, sampling_params(job, seed=job.seed * STEP_STRIDE + step)
             )
             with progress_bar(
                 f"step {step + 1}/{hp.total_steps} rollouts", len(rows) * hp.group_size

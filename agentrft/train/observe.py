@@ -42,8 +42,7 @@ class RunLog:
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         flat = flatten(metrics)
-        with self.metrics_path.open("a") as fh:
-            fh.write(json.dumps(finite({"step": step, **flat}), allow_nan=False) + "\n")
+        write_jsonl(self.metrics_path, [finite({"step": step, **flat})], append=True)
         for k, v in flat.items():
             if math.isfinite(v):
                 self.tb.add_scalar(k, v, step)

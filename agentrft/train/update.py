@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from agentrft.policy.precision import bf16_autocast
 from agentrft.train.loss import LossConfig, policy_loss
 from agentrft.types import Origin, Trajectory
 
@@ -92,14 +93,6 @@ def _parts(model: Any) -> tuple[Any, Any]:
     return base.get_decoder(), base.get_output_embeddings()
 
 
-def _autocast(enabled: bool, device: torch.device) -> Any:
-    return (
-        torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-        if enabled
-        else contextlib.nullcontext()
-    )
-
-
 def token_logprobs(
     model: Any, items: Sequence[Scored], temperature: float, bf16: bool, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -124,7 +117,7 @@ def token_logprobs(
         cols += [t - 1 for t in it.targets]  # position t-1 predicts token t
         tgt += [it.tokens[t] for t in it.targets]
     ids, mask = ids.to(device), mask.to(device)
-    with _autocast(bf16, device):
+    with bf16_autocast(bf16, device):
         if prefix:
             from transformers import DynamicCache
 

@@ -93,7 +93,7 @@ def test_formula_nested_200_levels(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_unexpected_errors_are_one_line_without_verbose(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentrft.graders import commands
+    from agentrft.cli import graders as commands
 
     def boom(args: object) -> int:
         raise KeyError("surprise")

@@ -53,6 +53,7 @@ from typing import Any
 
 import pathspec
 
+from agentrft.data.jsonl import write_jsonl
 from agentrft.errors import ConfigError
 from agentrft.sandbox import Limits, run_sandboxed
 
@@ -643,9 +644,7 @@ def build_dataset(
     train = [r for p in sorted(rows) if p not in held_out for r in rows[p]]
     val = [r for p in sorted(rows) if p in held_out for r in rows[p]]
     for name, part in (("train", train), ("val", val)):
-        with (out / f"{name}.jsonl").open("w") as fh:
-            for r in part:
-                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+        write_jsonl(out / f"{name}.jsonl", part)
     for path in rows:
         report.files[path]["status"] += " -> val" if path in held_out else " -> train"
     report.train, report.val = len(train), len(val)

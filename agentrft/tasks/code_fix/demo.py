@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentrft.data.jsonl import write_jsonl
 from agentrft.job import Job
 from agentrft.tasks import runner as recipes
 from agentrft.tasks.code_fix.dataset import BuildReport, build_dataset, hinted
@@ -47,12 +48,9 @@ def build_data(data: Path) -> BuildReport:
     variant's prompt of the same bugs (data-easy beside it)."""
     report = build_dataset(REPO, data, rev=PINNED_REV, include=INCLUDE, max_per_file=MAX_PER_FILE)
     easy = data.parent / "data-easy"
-    easy.mkdir(parents=True, exist_ok=True)
     for split in ("train", "val"):
         rows = [json.loads(x) for x in (data / f"{split}.jsonl").read_text().splitlines()]
-        (easy / f"{split}.jsonl").write_text(
-            "".join(json.dumps(hinted(r, "line"), ensure_ascii=False) + "\n" for r in rows)
-        )
+        write_jsonl(easy / f"{split}.jsonl", (hinted(r, "line") for r in rows))
     return report
 
 

@@ -38,13 +38,14 @@ from __future__ import annotations
 import json
 import subprocess
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pathspec
 
+from agentrft.data.jsonl import write_jsonl
 from agentrft.errors import ConfigError
 from agentrft.tools.code_search import CodeIndex, Hit, numbered
 
@@ -393,18 +394,6 @@ class BuildReport:
         return out
 
 
-def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """UTF-8 stays readable; U+2028/U+2029 are escaped, as many readers split lines there."""
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            line = (
-                json.dumps(row, ensure_ascii=False)
-                .replace("\u2028", "\\u2028")
-                .replace("\u2029", "\\u2029")
-            )
-            fh.write(line + "\n")
-
-
 def build_dataset(
     repo: str | Path,
     out_dir: str | Path,
@@ -460,6 +449,6 @@ def build_dataset(
     report.train, report.val = len(train), len(val)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(out / "train.jsonl", train)
-    _write_jsonl(out / "val.jsonl", val)
+    write_jsonl(out / "train.jsonl", train)
+    write_jsonl(out / "val.jsonl", val)
     return report

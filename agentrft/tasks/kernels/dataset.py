@@ -367,13 +367,13 @@ def build_dataset(
     """train.jsonl and val.jsonl (by each task's `split`) in `out`, from a task file. With
     `prefill`, each row's reply starts as its kernel's signature up to `return ` (the row's
     own `prefill`, for local models only: a chat endpoint takes no prefill)."""
-    from agentrft.tasks.file_selection.dataset import _write_jsonl
+    from agentrft.data.jsonl import write_jsonl
 
     tasks = load_tasks(tasks_path)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     train = [task_row(t, seed, prefill) for t in tasks if t.split == "train"]
     val = [task_row(t, seed, prefill) for t in tasks if t.split == "val"]
-    _write_jsonl(out / "train.jsonl", train)
-    _write_jsonl(out / "val.jsonl", val)
+    write_jsonl(out / "train.jsonl", train)
+    write_jsonl(out / "val.jsonl", val)
     return BuildReport(len(train), len(val), tasks)

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrft.data.jsonl import load_dataset
+from agentrft.data.jsonl import load_dataset, write_jsonl
 from agentrft.errors import ConfigError
-from agentrft.tasks.file_selection.dataset import PathFilter, _git, _write_jsonl, repo_root
+from agentrft.tasks.file_selection.dataset import PathFilter, _git, repo_root
 from agentrft.tools.code_search import read_tree
 
 DEFAULT_VAL_FRACTION = 0.25
@@ -643,6 +643,6 @@ def build_dataset(
     report.val_files = len({p for r in val for p in r.get("source_files", [])})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(out / "train.jsonl", train)
-    _write_jsonl(out / "val.jsonl", val)
+    write_jsonl(out / "train.jsonl", train)
+    write_jsonl(out / "val.jsonl", val)
     return report
