@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 from agentrft.errors import ConfigError
 from agentrft.graders import tool_call_limit
+from agentrft.graders.protocol import Grader
 from agentrft.job import Job
 from agentrft.policy import Policy, SamplingParams
 from agentrft.rollout.batching import BatchedSampler
@@ -39,7 +39,7 @@ def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
     )
 
 
-def tool_call_cap(job: Job, grader: Any = None) -> int | None:
+def tool_call_cap(job: Job, grader: Grader | None = None) -> int | None:
     """The most tool calls a rollout may ask for: `agentrft.max_tool_calls`, lowered to the
     smallest `tool_budget` in the grader. A rollout that asks for call N+1 past a budget of
     N stops there: its grade is -1 whatever it does next."""
@@ -52,7 +52,7 @@ def tool_call_cap(job: Job, grader: Any = None) -> int | None:
 
 
 def settings_from_job(
-    job: Job, policy: Policy, base_url: str | None = None, grader: Any = None
+    job: Job, policy: Policy, base_url: str | None = None, grader: Grader | None = None
 ) -> RolloutSettings:
     """Rollout settings for a local policy. Give the `grader` so its tool budget caps calls."""
     ext = job.agentrft
@@ -82,7 +82,10 @@ def _one_prefill(prefills: tuple[str, ...]) -> str | None:
 
 
 def chat_settings_from_job(
-    job: Job, base_url: str | None = None, grader: Any = None, temperature: float | None = None
+    job: Job,
+    base_url: str | None = None,
+    grader: Grader | None = None,
+    temperature: float | None = None,
 ) -> ChatRolloutSettings:
     """Rollout settings for an OpenAI-compatible chat endpoint (`base_url`: the job's
     environment server). Give the `grader` so its tool budget caps calls."""

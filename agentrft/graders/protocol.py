@@ -194,7 +194,7 @@ async def pooled_client() -> AsyncIterator[Any]:
         yield own
 
 
-def run_response(grader: Any, grade: Any) -> dict[str, Any]:
+def run_response(grader: Grader, grade: Grade) -> dict[str, Any]:
     """The shape of OpenAI's grader-run response, from one Grade."""
     errors: dict[str, Any] = {flag: grade.error == flag for flag in ERROR_FLAGS}
     metrics = {k: v for k, v in grade.metrics.items() if k != "execution_time"}

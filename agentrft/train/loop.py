@@ -29,6 +29,7 @@ from agentrft.data import load_dataset
 from agentrft.errors import AgentRFTError, ConfigError
 from agentrft.evaluate.eval import eval_results, graded_records, reward_stats
 from agentrft.graders import build_grader, grade_rollouts
+from agentrft.graders.protocol import Grader
 from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy.hf import HFPolicy
@@ -95,7 +96,7 @@ class Setup:
     policy: HFPolicy
     model: Any
     optimizer: torch.optim.Optimizer
-    grader: Any
+    grader: Grader
     train_items: list[Item]
     val_items: list[Item] | None
     state: TrainState
