@@ -1,5 +1,5 @@
 """What every route of the service shares: the store, the data directory, the executor and
-the API keys; plus the caller's identity, the request's JSON body, its required parameters
+the API keys and the secret store; plus the caller's identity, the request's JSON body, its required parameters
 and OpenAI-style list pages."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from fastapi import Request
 
 from agentrft.serve.protocol import RequestError
 from agentrft.service.executor import LocalExecutor
+from agentrft.service.secret_store import SecretStore
 from agentrft.service.store import Store
 
 OPEN_OWNER = "local"  # the one owner when the server runs without API keys
@@ -27,6 +28,7 @@ class ServiceState:
     store: Store
     executor: LocalExecutor
     api_keys: frozenset[str]
+    secrets: SecretStore
     chat: Any = None  # agentrft.service.models.ChatModels, made on first use
 
     @property
