@@ -93,12 +93,30 @@ def required(
     value = body.get(key)
     if not isinstance(value, kind):
         param = param or key
+        if value is not None:  # there, but of the wrong type: OpenAI's invalid_type
+            raise RequestError(
+                f"Invalid type for '{param}': expected {_JSON_TYPES.get(kind, kind.__name__)}, "
+                f"but got {_JSON_TYPES.get(type(value), type(value).__name__)} instead."
+                + (f" ({hint})" if hint else ""),
+                param,
+                "invalid_type",
+            )
         raise RequestError(
             f"Missing required parameter: '{param}'" + (f" ({hint})" if hint else ""),
             param,
             "missing_required_parameter",
         )
     return value
+
+
+_JSON_TYPES: dict[type, str] = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "an integer",
+    float: "a decimal",
+    bool: "a boolean",
+}
 
 
 def page_limit(request: Request, default: int = 20) -> int:
