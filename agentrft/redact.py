@@ -5,13 +5,14 @@ URL credentials (`https://user:pass@host/...`, `?api_key=...` and any other quer
 the environment server's variables. `redact_job` replaces them before a job is written to a
 run directory (a resume takes them from the job file again, see `restore_secrets`), and
 `redact_urls` cleans every URL in a message before it becomes a discard reason, which
-rollouts.jsonl, the console and metric keys all repeat.
+rollouts.jsonl, the console and metric keys all repeat. `mask_job` is the form an API
+response shows: each secret masked the way OpenAI shows its keys (`Bear...et-1`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -21,19 +22,33 @@ _URL = re.compile(
 )  # not its closing punctuation
 
 
-def redact_url(url: str) -> str:
+Hide = Callable[[str], str]  # a secret -> what is shown in its place
+
+
+def _redacted(_secret: str) -> str:
+    return REDACTED
+
+
+def mask_secret(secret: str) -> str:
+    """OpenAI's way of showing a key: its first 4 and last 4 characters around `...`, and
+    only `****` when that would show half of it or more."""
+    return f"{secret[:4]}...{secret[-4:]}" if len(secret) >= 16 else "****"
+
+
+def redact_url(url: str, hide: Hide = _redacted) -> str:
     """`url` without its user:password and with every query value replaced (names kept)."""
     try:
         parts = urlsplit(url)
     except ValueError:
-        return REDACTED
+        return hide(url)
     netloc = parts.netloc
     if "@" in netloc:
-        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{hide(userinfo)}@{host}"
     query = parts.query
     if query:
         query = urlencode(
-            [(k, REDACTED) for k, _ in parse_qsl(query, keep_blank_values=True)], safe=""
+            [(k, hide(v)) for k, v in parse_qsl(query, keep_blank_values=True)], safe=".*"
         )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
@@ -43,24 +58,41 @@ def redact_urls(text: str) -> str:
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
 
-def redact_job(data: Any) -> Any:
+def redact_job(data: Any, hide: Hide = _redacted) -> Any:
     """A copy of job (or grader) JSON with header values, the environment server's variables
-    and URL credentials replaced by REDACTED. Everything else is kept."""
+    and URL credentials replaced by `hide(value)` (default REDACTED). Everything else is kept."""
     if isinstance(data, Mapping):
         out: dict[str, Any] = {}
         for key, value in data.items():
-            if key in ("headers", "env") and isinstance(
-                value, Mapping
-            ):  # env: the environment server's variables
-                out[key] = {k: REDACTED for k in value}
+            if key in ("headers", "env") and _is_flat(value):
+                # env: the environment server's variables (not a multi grader's sub-grader "env")
+                out[key] = {k: hide(str(v)) for k, v in value.items()}
             elif isinstance(key, str) and key.endswith("url") and isinstance(value, str):
-                out[key] = redact_url(value)
+                out[key] = redact_url(value, hide)
             else:
-                out[key] = redact_job(value)
+                out[key] = redact_job(value, hide)
         return out
     if isinstance(data, list):
-        return [redact_job(v) for v in data]
+        return [redact_job(v, hide) for v in data]
     return data
+
+
+def _is_flat(value: Any) -> bool:
+    """A mapping of names to plain values, as headers and environment variables are."""
+    return isinstance(value, Mapping) and not any(
+        isinstance(v, Mapping | list) for v in value.values()
+    )
+
+
+def mask_job(data: Any) -> Any:
+    """A copy of job JSON as an API response or the dashboard shows it: every secret masked
+    (see mask_secret), everything else kept."""
+    return redact_job(data, mask_secret)
+
+
+def has_secrets(data: Any) -> bool:
+    """Whether job JSON holds anything `redact_job` would hide."""
+    return bool(redact_job(data) != data)
 
 
 def restore_secrets(stored: Any, source: Any, where: str) -> Any:

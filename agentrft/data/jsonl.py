@@ -56,8 +56,15 @@ def parse_row(obj: Any, where: str, index: int) -> Item:
         raise ConfigError(f"{where}: a row must be a JSON object, got {type(obj).__name__}")
     messages = obj.get("messages")
     if not isinstance(messages, list) or not messages:
+        problem = (
+            'missing "messages"'
+            if messages is None
+            else '"messages" is an empty list'
+            if isinstance(messages, list)
+            else f'"messages" must be a list of messages, got {type(messages).__name__} {json.dumps(messages)[:40]}'
+        )
         raise ConfigError(
-            f'{where}: missing "messages" -> add a non-empty list like [{{"role": "user", "content": "..."}}]'
+            f'{where}: {problem} -> give a non-empty list like [{{"role": "user", "content": "..."}}]'
         )
     clean = []
     for i, m in enumerate(messages):

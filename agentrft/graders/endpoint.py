@@ -12,11 +12,15 @@ penalties such as -1) and every sub-score must be a finite number. A reply that 
 either is a bug in the grader, not a verdict on the rollout: it flags
 `endpoint_grader_score_error` and the sample is excluded, never clipped or scored.
 
+A JSON object whose `score` is missing, not a number (a string, a bool, null) or not finite
+(NaN, Infinity) can never become valid either: it is flagged the same way on the first
+reply, never retried.
+
 `trace_id` is the rollout's, so a server that kept per-rollout state for its tools (see
 agentrft.tools.envkit) can inspect it. Retries follow the tool rule, through the same code
-(`post_with_retries`): 5xx, timeouts, connection errors and replies without a numeric
-`score` are retried `retries` times (default 3) with backoff, then the sample is discarded
-with `unresponsive_reward_error`. A 4xx, or a request over 1 MiB, flags
+(`post_with_retries`): 5xx, timeouts, connection errors and replies that are not a JSON
+object (a proxy's error page, a cut-off body) are retried `retries` times (default 3) with
+backoff, then the sample is discarded with `unresponsive_reward_error`. A 4xx, or a request over 1 MiB, flags
 `endpoint_grader_client_error`. `rate_limit` caps requests per second from this process.
 """
 
@@ -64,14 +68,14 @@ class EndpointSpec(Strict):
 
 
 def _reply(data: bytes) -> dict[str, Any]:
-    """The parsed reply; ValueError (retried, then discarded) when it holds no usable score."""
+    """The parsed reply; ValueError (retried, then discarded) when it is not a JSON object,
+    which a transient fault (a proxy's page, a cut-off body) explains."""
     try:
         obj = json.loads(data)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc.msg})") from None
-    if not isinstance(obj, dict) or "score" not in obj:
-        raise ValueError('expected {"score": <float>}')
-    checked_score(obj["score"])
+    if not isinstance(obj, dict):
+        raise ValueError(f'expected {{"score": <float>}}, got JSON {type(obj).__name__}')
     return obj
 
 
@@ -144,7 +148,16 @@ class EndpointGrader(AsyncGrader):
             )
         obj = _reply(reply.body)
         where = redact_url(self.spec.url)
-        score = float(obj["score"])
+        if "score" not in obj:  # the grader's own bug: retrying gives the same reply
+            keys = ", ".join(sorted(map(str, obj))[:10]) or "none"
+            return failed(
+                "endpoint_grader_score_error",
+                f'{where}: the reply has no "score" (keys: {keys}); expected {{"score": <float>}}',
+            )
+        try:
+            score = checked_score(obj["score"])
+        except ValueError as exc:
+            return failed("endpoint_grader_score_error", f"{where}: {exc}")
         lo, hi = self.spec.range
         if not lo <= score <= hi:
             return failed(

@@ -67,12 +67,15 @@ async def cleanup_traces(base_url: str | None, trajs: Sequence[Trajectory]) -> N
     e.g. a workspace, can go). Servers without /cleanup just answer 404."""
     if base_url is None:
         return
+    from agentrft.tools.env_token import with_env_token
     from agentrft.tools.http import new_client
 
+    url = base_url + "/cleanup"
+    headers = dict(with_env_token(url, {}))
     async with new_client() as client:
         await asyncio.gather(
             *(
-                client.post(base_url + "/cleanup", json={"trace_id": t.trace_id}, timeout=30)
+                client.post(url, json={"trace_id": t.trace_id}, headers=headers, timeout=30)
                 for t in trajs
             ),
             return_exceptions=True,

@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException
 from agentrft.errors import ConfigError
 from agentrft.serve.protocol import RequestError
 from agentrft.service.executor import LocalExecutor
+from agentrft.service.secret_store import SecretStore
 from agentrft.service.state import ServiceState
 from agentrft.service.store import Store
 
@@ -50,8 +51,10 @@ def create_app(
     data = Path(data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)
     data.chmod(0o700)  # uploaded datasets and the database: the server's user only
+    secrets = SecretStore.open(data)  # first, so a wrong key stops the start
     store = Store(data / "service.db")
     options: dict[str, Any] = {
+        "secrets": secrets,
         "workers": workers,
         "worker_module": worker_module,
         "poll_s": poll_s,
@@ -65,7 +68,7 @@ def create_app(
         runner = LocalExecutor(store, data / "jobs", **options)
     else:
         raise ConfigError(f"unknown executor {executor!r}: local or ray")
-    state = ServiceState(data, store, runner, api_keys)
+    state = ServiceState(data, store, runner, api_keys, secrets)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

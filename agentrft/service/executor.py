@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from agentrft.errors import ConfigError
+from agentrft.service.secret_store import SecretStore
 from agentrft.service.store import Store
 
 log = logging.getLogger(__name__)
@@ -51,9 +53,10 @@ class JobProcess(Protocol):
 
 
 class LocalProcess:
-    """`python -m WORKER_MODULE RUN_DIR` in its own process group on this machine."""
+    """`python -m WORKER_MODULE RUN_DIR` in its own process group on this machine, given
+    `job` (the job with its secrets, or None) as JSON on its stdin: never on disk."""
 
-    def __init__(self, module: str, run_dir: Path) -> None:
+    def __init__(self, module: str, run_dir: Path, job: dict[str, Any] | None = None) -> None:
         self.log_file: IO[bytes] = (run_dir / "worker.log").open("ab")
         env = {
             **worker_environment(),
@@ -64,10 +67,16 @@ class LocalProcess:
             [sys.executable, "-m", module, str(run_dir)],
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             env=env,
             start_new_session=True,
         )
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(job).encode() if job is not None else b"")
+            self.process.stdin.close()
+        except BrokenPipeError:  # the worker died at once; its exit code says so
+            pass
 
     def poll(self) -> int | None:
         code = self.process.poll()
@@ -125,8 +134,10 @@ class LocalExecutor:
         worker_module: str = "agentrft.service.worker",
         validate_files: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
         poll_s: float = 0.5,
+        secrets: SecretStore | None = None,
     ) -> None:
         self.store = store
+        self.secrets = secrets
         self.jobs_dir = jobs_dir
         self.workers = max(1, workers)
         self.worker_module = worker_module
@@ -283,7 +294,14 @@ class LocalExecutor:
             run_dir = self.jobs_dir / job["id"]
             resumed = (run_dir / "checkpoints" / "latest").is_file()
             (run_dir / "result.json").unlink(missing_ok=True)
-            process = self.spawn(run_dir)
+            try:
+                full = self.secrets.get(job["id"]) if self.secrets else None
+            except ConfigError as exc:
+                error = {"code": "secret_key_mismatch", "message": str(exc), "param": None}
+                if self.store.set_status(job["id"], "failed", only_from=("running",), error=error):
+                    self.store.add_event(job["id"], f"The job failed: {exc}", level="error")
+                continue
+            process = self.spawn(run_dir, full)
             with self._lock:
                 self._running[job["id"]] = Worker(job["id"], process)
             self.store.add_event(
@@ -297,9 +315,10 @@ class LocalExecutor:
                 with self._lock:
                     self._stop_requests[job["id"]] = now["status"]
 
-    def spawn(self, run_dir: Path) -> JobProcess:
-        """Start one job's worker (the Ray executor overrides this)."""
-        return LocalProcess(self.worker_module, run_dir)
+    def spawn(self, run_dir: Path, job: dict[str, Any] | None = None) -> JobProcess:
+        """Start one job's worker, handing it `job` (with its secrets) in memory (the Ray
+        executor overrides this)."""
+        return LocalProcess(self.worker_module, run_dir, job)
 
     # -- metrics -> events ---------------------------------------------------------------
     def ingest_metrics(self, job_id: str) -> None:

@@ -9,6 +9,10 @@ runs no user code), and `agentrft.environment` is refused for the same reason.
 Each job gets a run directory `DATA/jobs/JOB_ID` laid out as `agentrft train` lays it out
 (job.json, run.json, metrics.jsonl, checkpoints/, final/), with its own copy of the
 datasets, so `agentrft report` and `serve-model` work on it as on any run.
+
+Secrets (tool and grader header values, URL credentials) are kept only in the encrypted
+secret store (`secret_store.py`): the database, every response and the dashboard see them
+masked as OpenAI masks keys, and the run directory's job.json has them redacted.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from agentrft.errors import ConfigError, ModelNotFoundError
+from agentrft.redact import mask_job
 from agentrft.serve.protocol import RequestError
 from agentrft.service.state import (
     ServiceState,
@@ -35,6 +40,7 @@ from agentrft.service.state import (
     state_of,
 )
 from agentrft.service.store import new_id
+from agentrft.train.run_files import write_run_files
 
 router = APIRouter()
 ORGANIZATION = "org-agentrft"
@@ -326,18 +332,17 @@ async def create_job(request: Request) -> dict[str, Any]:
     shutil.copyfile(state.files_dir / files["training"]["id"], run_dir / "training.jsonl")
     if files["validation"] is not None:
         shutil.copyfile(state.files_dir / files["validation"]["id"], run_dir / "validation.jsonl")
-    # the layout `agentrft train` writes, so `train --resume`, `report` and `serve-model` read it
-    (run_dir / "job.json").write_text(json.dumps(job.model_dump(mode="json"), indent=2))
-    (run_dir / "run.json").write_text(
-        json.dumps({"job_source": job_id, "base_dir": str(run_dir.resolve()), "model": job.model})
-    )
+    # the layout `agentrft train` writes (secrets redacted), so `report` and `serve-model` read
+    # it; the job in full goes to the encrypted secret store, for the worker alone
+    state.secrets.put(job_id, job.model_dump(mode="json"))
+    write_run_files(run_dir, job, job_id, run_dir)
     validating = f"Validating training file: {body['training_file']}" + (
         f" and validation file: {body['validation_file']}" if body.get("validation_file") else ""
     )
     row = state.store.add_job(
         job_id,
         owner,
-        body,
+        mask_job(body),  # the database and every response see the secrets masked
         fine_tuned_model_id(job.model, job.suffix, job_id),
         (f"Created fine-tuning job: {job_id}", validating),
     )

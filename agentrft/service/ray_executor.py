@@ -14,6 +14,7 @@ Ray is imported only here, and only for `--executor ray`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -24,8 +25,11 @@ from agentrft.errors import ConfigError
 from agentrft.service.executor import LocalExecutor, worker_environment
 
 
-def run_worker(module: str, run_dir: str, env: dict[str, str]) -> int:
-    """The Ray task: the worker process, with this task's process as the parent it dies with."""
+def run_worker(
+    module: str, run_dir: str, env: dict[str, str], job: dict[str, Any] | None = None
+) -> int:
+    """The Ray task: the worker process, with this task's process as the parent it dies with,
+    given `job` (with its secrets) on its stdin."""
     full_env = {
         **worker_environment(),
         **env,
@@ -37,7 +41,7 @@ def run_worker(module: str, run_dir: str, env: dict[str, str]) -> int:
             [sys.executable, "-m", module, run_dir],
             stdout=log,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            input=json.dumps(job).encode() if job is not None else b"",
             env=full_env,
             check=False,
         ).returncode
@@ -107,8 +111,8 @@ class RayExecutor(LocalExecutor):
         if self._ray.is_initialized():
             self._ray.shutdown()
 
-    def spawn(self, run_dir: Path) -> RayProcess:
+    def spawn(self, run_dir: Path, job: dict[str, Any] | None = None) -> RayProcess:
         env = {
             k: os.environ[k] for k in ("PYTHONPATH", "AGENTRFT_CACHE", "HOME") if k in os.environ
         }
-        return RayProcess(self._task.remote(self.worker_module, str(run_dir), env))
+        return RayProcess(self._task.remote(self.worker_module, str(run_dir), env, job))

@@ -1,5 +1,5 @@
 """What every route of the service shares: the store, the data directory, the executor and
-the API keys; plus the caller's identity, the request's JSON body, its required parameters
+the API keys and the secret store; plus the caller's identity, the request's JSON body, its required parameters
 and OpenAI-style list pages."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from fastapi import Request
 
 from agentrft.serve.protocol import RequestError
 from agentrft.service.executor import LocalExecutor
+from agentrft.service.secret_store import SecretStore
 from agentrft.service.store import Store
 
 OPEN_OWNER = "local"  # the one owner when the server runs without API keys
@@ -27,6 +28,7 @@ class ServiceState:
     store: Store
     executor: LocalExecutor
     api_keys: frozenset[str]
+    secrets: SecretStore
     chat: Any = None  # agentrft.service.models.ChatModels, made on first use
 
     @property
@@ -91,12 +93,30 @@ def required(
     value = body.get(key)
     if not isinstance(value, kind):
         param = param or key
+        if value is not None:  # there, but of the wrong type: OpenAI's invalid_type
+            raise RequestError(
+                f"Invalid type for '{param}': expected {_JSON_TYPES.get(kind, kind.__name__)}, "
+                f"but got {_JSON_TYPES.get(type(value), type(value).__name__)} instead."
+                + (f" ({hint})" if hint else ""),
+                param,
+                "invalid_type",
+            )
         raise RequestError(
             f"Missing required parameter: '{param}'" + (f" ({hint})" if hint else ""),
             param,
             "missing_required_parameter",
         )
     return value
+
+
+_JSON_TYPES: dict[type, str] = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "an integer",
+    float: "a decimal",
+    bool: "a boolean",
+}
 
 
 def page_limit(request: Request, default: int = 20) -> int:

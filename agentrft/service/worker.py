@@ -1,7 +1,8 @@
 """One job's worker process: `python -m agentrft.service.worker RUN_DIR`.
 
-The server writes `RUN_DIR/job.json` (the job, with absolute dataset paths) and
-`RUN_DIR/run.json` the way `agentrft train` does, then starts this module. It trains with
+The server writes `RUN_DIR/job.json` (the job, secrets redacted) and `RUN_DIR/run.json`
+the way `agentrft train` does, then starts this module and writes the job with its secrets
+to its stdin (from the encrypted secret store; they never touch the disk in the clear). It trains with
 the same `train` as the CLI; a run directory that already holds a checkpoint is resumed
 exactly (`train --resume`), so a job interrupted by a server restart or a pause continues
 where its last checkpoint left it.
@@ -58,18 +59,33 @@ def fresh_start(run_dir: Path) -> None:
         shutil.rmtree(run_dir / name, ignore_errors=True)
 
 
+def job_on_stdin() -> dict[str, Any] | None:
+    """The job with its secrets, as the executor writes it to this process's stdin."""
+    text = sys.stdin.read() if sys.stdin is not None and not sys.stdin.isatty() else ""
+    return json.loads(text) if text.strip() else None
+
+
+def load_run_job(run_dir: Path) -> Any:
+    """The worker's Job: run_dir's job.json with the secrets from stdin put back."""
+    from agentrft.errors import ConfigError
+    from agentrft.train.run_files import run_job
+
+    try:
+        return run_job(run_dir, job_on_stdin())
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def run(run_dir: Path) -> int:
     from agentrft.errors import AgentRFTError
-    from agentrft.job import job_from_dict
     from agentrft.train.checkpoint import latest_checkpoint
     from agentrft.train.loop import train
 
-    meta = json.loads((run_dir / "run.json").read_text())
-    job = job_from_dict(
-        json.loads((run_dir / "job.json").read_text()),
-        source=meta["job_source"],
-        base_dir=Path(meta["base_dir"]),
-    )
+    try:
+        job = load_run_job(run_dir)
+    except AgentRFTError as exc:
+        write_result(run_dir, {"error": {"code": error_code(exc), "message": str(exc)}})
+        return 1
     resume = latest_checkpoint(run_dir) is not None
     if not resume:
         fresh_start(run_dir)

@@ -19,7 +19,10 @@ per-rollout state, speaking the OpenAI Agent RFT wire contract.
     app = env.app                      # any ASGI server; `agentrft` can launch it for a job
 
 Routes: POST /tools/{name}, POST /grade (and /grade/{name}), POST /cleanup, GET /tools,
-GET /health.
+GET /health. With a token (`ToolServer(token=...)`, or `AGENTRFT_ENV_TOKEN`, which
+agentrft sets when it starts the server for a job), every route but /health answers 401
+unless the request carries it in `X-Agentrft-Env-Token`; agentrft sends it (see
+agentrft.tools.env_token). Without one, the routes are open to whoever can reach the port.
 Raise `ToolInputError` for a 4xx (shown to the model); any other exception is a 500, which
 agentrft retries and then discards the rollout. A path the model named that loops through
 symlinks or is too long for the file system is the model's mistake too: a 400 that says so
@@ -36,9 +39,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hmac
 import inspect
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -52,6 +57,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
+from agentrft.tools.env_token import TOKEN_ENV, TOKEN_HEADER
 from agentrft.tools.http import MAX_PAYLOAD_BYTES
 from agentrft.tools.python import ToolInputError
 
@@ -90,8 +96,10 @@ class ToolServer:
         *,
         cleanup_after_grade: bool = True,
         idle_ttl_s: float = 3600.0,
+        token: str | None = None,
     ) -> None:
         self.name = name
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         self.cleanup_after_grade = cleanup_after_grade
         self.idle_ttl_s = idle_ttl_s
         self._tools: dict[str, _ToolEntry] = {}
@@ -227,6 +235,21 @@ class ToolServer:
             await run_in_threadpool(self.close)
 
         app = FastAPI(title=self.name, lifespan=lifespan)
+
+        @app.middleware("http")
+        async def check_token(request: Request, call_next: Callable[..., Any]) -> Any:
+            given = request.headers.get(TOKEN_HEADER, "")
+            if (
+                self.token
+                and request.url.path != "/health"
+                and not hmac.compare_digest(given.encode(), self.token.encode())
+            ):
+                return PlainTextResponse(
+                    f"{'wrong' if given else 'missing'} {TOKEN_HEADER}: this environment server "
+                    f"takes requests only from the agentrft run that started it",
+                    status_code=401,
+                )
+            return await call_next(request)
 
         async def read_json(request: Request) -> Any:
             declared = request.headers.get("content-length")

@@ -28,6 +28,7 @@ import httpx
 
 from agentrft.errors import EndpointUnavailable, ToolUnavailable
 from agentrft.redact import redact_urls
+from agentrft.tools.env_token import with_env_token
 from agentrft.types import ToolCall, ToolResult
 
 MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB each way
@@ -99,6 +100,7 @@ async def post_with_retries(
     PayloadTooLarge propagates at once: retrying would not shrink the reply."""
     t0 = time.perf_counter()
     reason = ""
+    headers = with_env_token(url, headers)  # an environment server agentrft started
     for attempt in range(retries + 1):
         if attempt:
             await asyncio.sleep(backoff_s * 2 ** (attempt - 1))

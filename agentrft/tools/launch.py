@@ -2,13 +2,16 @@
 stop it after: `launch_environment`; agentrft.runtime.job_environment starts a job's.
 
 It runs as a subprocess (its own interpreter, so tool work never competes with sampling for
-the GIL) on loopback. agentrft waits until it answers HTTP, and always stops it.
+the GIL) on loopback. agentrft waits until it answers HTTP, and always stops it. Each start
+makes a fresh shared token (`AGENTRFT_ENV_TOKEN` for the server; agentrft sends it on every
+request to it, see `env_token.py`), unless the job's `env` sets one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -19,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from agentrft.errors import ConfigError
+from agentrft.tools.env_token import TOKEN_ENV, launched
 from agentrft.tools.envkit import free_port
 
 
@@ -50,7 +54,7 @@ def launch_environment(
         "warning",
         "--no-access-log",
     ]
-    child_env = {**os.environ, **(env or {})}
+    child_env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32), **(env or {})}
     log = open(log_path, "w") if log_path else tempfile.TemporaryFile("w+")  # noqa: SIM115
     proc = subprocess.Popen(
         cmd, cwd=base_dir, env=child_env, stdout=log, stderr=subprocess.STDOUT, text=True
@@ -78,7 +82,8 @@ def launch_environment(
                         f"environment server {app!r} did not answer on {url} within {startup_timeout_s:g}s"
                     ) from None
                 time.sleep(0.1)
-        yield url
+        with launched(url, child_env[TOKEN_ENV]):
+            yield url
     finally:
         proc.terminate()
         try:

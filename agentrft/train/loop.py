@@ -33,7 +33,7 @@ from agentrft.graders.protocol import Grader
 from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy.hf import HFPolicy
-from agentrft.redact import redact_job, restore_secrets
+from agentrft.redact import restore_secrets
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.rollout.group import rollout_groups
 from agentrft.rollout.records import new_output_dir, summarize
@@ -50,6 +50,7 @@ from agentrft.train.checkpoint import (
     save_checkpoint,
 )
 from agentrft.train.observe import RunLog
+from agentrft.train.run_files import read_run_files, write_run_files
 from agentrft.train.settings import normalize_std, update_config
 from agentrft.train.update import update_policy
 from agentrft.types import Group, Item
@@ -251,18 +252,7 @@ def start(job_path: str, run_dir: str | None = None, resume: str | None = None) 
         return train(_resumed_job(rd, job_path), rd, resume=True)
     job = load_job(job_path)
     rd = new_output_dir(run_dir, "train", job.agentrft.output_dir)
-    (rd / "job.json").write_text(
-        json.dumps(redact_job(job.model_dump(mode="json")), indent=2)
-    )  # no secrets on disk
-    (rd / "run.json").write_text(
-        json.dumps(
-            {
-                "job_source": str(Path(job_path).resolve()),
-                "base_dir": str(job.resolve_path(".").resolve()),
-                "model": job.model,
-            }
-        )
-    )
+    write_run_files(rd, job, str(Path(job_path).resolve()), job.resolve_path("."))
     return train(job, rd)
 
 
@@ -273,8 +263,7 @@ def _resumed_job(rd: Path, job_path: str | None) -> Job:
         raise ConfigError(
             f"{rd}: not a training run directory (no run.json and job.json); give the folder `agentrft train` wrote, e.g. --resume runs/train-20250101-120000"
         )
-    meta = json.loads((rd / "run.json").read_text())
-    stored = json.loads((rd / "job.json").read_text())
+    stored, meta = read_run_files(rd)
     source_path = Path(job_path or meta["job_source"])
     source = None
     if source_path.is_file():

@@ -184,6 +184,23 @@ def test_dataset_bad_lines_name_file_line_and_fix(tmp_path):
     assert "d.jsonl:6: a row must be a JSON object" in msg
 
 
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        ({"messages": 5}, '"messages" must be a list of messages, got int 5'),
+        ({"messages": "hi"}, '"messages" must be a list of messages, got str "hi"'),
+        ({"messages": {"role": "user"}}, '"messages" must be a list of messages, got dict'),
+        ({"messages": []}, '"messages" is an empty list'),
+        ({"prompt": "hi"}, 'missing "messages"'),
+    ],
+)
+def test_a_wrong_typed_messages_is_named_as_such(tmp_path, row, says):
+    with pytest.raises(ConfigError) as e:
+        load_dataset(write(tmp_path, [json.dumps(row)]))
+    assert f"d.jsonl:1: {says}" in str(e.value)
+    assert ("missing" in str(e.value)) == ("messages" not in row)
+
+
 def test_empty_and_missing_datasets(tmp_path):
     with pytest.raises(ConfigError, match="empty"):
         load_dataset(write(tmp_path, [""]))
@@ -198,7 +215,7 @@ def test_cli_fails_before_any_work_on_a_bad_dataset(tmp_path, capsys):
     (tmp_path / "job.json").write_text(json.dumps(job()))
     assert main(["rollout", str(tmp_path / "job.json")]) == 2
     err = capsys.readouterr().err
-    assert "train.jsonl:1" in err and 'missing "messages"' in err
+    assert "train.jsonl:1" in err and '"messages" is an empty list' in err
 
 
 def test_auto_hyperparameters_map_to_concrete_values_with_notes():

@@ -53,8 +53,8 @@ def test_5xx_three_retries_then_discarded(recorder) -> None:
     assert "HTTP 500" in grade.metrics["error_details"]
 
 
-def test_malformed_reply_is_retried_then_discarded(recorder) -> None:
-    rec, url = recorder([(200, {"reward": 1.0}), (200, {"score": "high"})])
+def test_a_reply_that_is_not_a_json_object_is_retried_then_discarded(recorder) -> None:
+    rec, url = recorder([(200, "<html>bad gateway</html>"), (200, [1.0])])
     grade = build_grader(spec(url, retries=1)).grade(sample_from_text("a"), {})
     assert grade.error == "unresponsive_reward_error"
     assert len(rec.requests) == 2

@@ -29,6 +29,27 @@ def test_score_outside_the_range_is_flagged(recorder, score: float) -> None:
     assert len(rec.requests) == 1  # a deterministic bug: not retried
 
 
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ('{"score": NaN}', "finite"),
+        ('{"score": Infinity}', "finite"),
+        ('{"score": true}', "must be a number, got bool"),
+        ('{"score": "0.9"}', "must be a number, got str"),
+        ('{"score": null}', "must be a number, got NoneType"),
+        ('{"reward": 1.0}', 'no "score" (keys: reward)'),
+    ],
+)
+def test_a_reply_that_can_never_be_valid_is_flagged_on_the_first_attempt(
+    recorder, body: str, says: str
+) -> None:
+    grade, rec = grade_reply(recorder, body)
+    assert grade.error == "endpoint_grader_score_error"
+    assert says in grade.metrics["error_details"]
+    assert math.isnan(grade.score)
+    assert len(rec.requests) == 1  # not retried 3 more times
+
+
 @pytest.mark.parametrize("sub", ["NaN", "Infinity", "-Infinity", '"high"', "true", "null"])
 def test_bad_sub_scores_are_flagged(recorder, sub: str) -> None:
     grade, _ = grade_reply(

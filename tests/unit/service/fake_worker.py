@@ -2,17 +2,20 @@
 run writes (hyperparameters.json, metrics.jsonl, rollouts, checkpoints) without a model.
 
 The job's `metadata` steers it: `fake_steps` (default 2), `fake_step_s` (seconds per step,
-default 0), `fake_fail` (an error message: the run fails with it).
+default 0), `fake_fail` (an error message: the run fails with it). It loads its job as the
+real worker does (job.json plus the secrets on stdin) and writes the sha256 of each tool
+header value and tool URL it got to `fake_worker_secrets.json`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
 from pathlib import Path
 
-from agentrft.service.worker import die_with_parent, write_result
+from agentrft.service.worker import die_with_parent, load_run_job, write_result
 
 
 def main() -> int:
@@ -20,7 +23,13 @@ def main() -> int:
 
     run_dir = Path(sys.argv[1])
     die_with_parent(int(os.environ["AGENTRFT_SERVICE_PID"]))
-    job = json.loads((run_dir / "job.json").read_text())
+    job = load_run_job(run_dir).model_dump(mode="json")  # the real worker's way in
+    # what it got of the secrets, as hashes only: the test checks them, nothing leaks
+    seen = [v for t in job["method"]["reinforcement"]["tools"] for v in t["headers"].values()]
+    seen += [t["server_url"] for t in job["method"]["reinforcement"]["tools"]]
+    (run_dir / "fake_worker_secrets.json").write_text(
+        json.dumps(sorted(hashlib.sha256(v.encode()).hexdigest() for v in seen))
+    )
     meta = job.get("metadata") or {}
     steps, step_s = int(meta.get("fake_steps", 2)), float(meta.get("fake_step_s", 0))
     if meta.get("fake_fail"):

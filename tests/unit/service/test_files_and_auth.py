@@ -100,6 +100,8 @@ def test_a_key_sees_only_its_own_objects(alice, bob) -> None:
             "missing_required_parameter",
         ),
         (lambda m, e: m.update(type="supervised"), "method.type", "invalid_value"),
+        (lambda m, e: m.update(reinforcement=5), "method.reinforcement", "invalid_type"),
+        (lambda m, e: m.pop("reinforcement"), "method.reinforcement", "missing_required_parameter"),
         (
             lambda m, e: m["reinforcement"].update(max_episode_steps=0),
             "method.reinforcement.max_episode_steps",
