@@ -21,6 +21,7 @@ from agentrft.rollout.episode import RolloutSettings
 from agentrft.tools import Tool, build_tools
 
 if TYPE_CHECKING:  # torch loads only where a run trains
+    from agentrft.policy.constrain import ToolCallGrammar
     from agentrft.train.loss import LossConfig
     from agentrft.train.update import UpdateConfig
 
@@ -122,7 +123,27 @@ def sampling_params(
         seed=job.seed if seed is None else seed,
         stop=tuple(s.stop),
         min_tokens=s.min_tokens_per_turn,
+        constraint=tool_call_constraint(job) if s.constrained_tool_calls else None,
     )
+
+
+def tool_call_constraint(job: Job) -> ToolCallGrammar:
+    """The grammar of `agentrft.sampling.constrained_tool_calls`: free text, but each
+    `<tool_call>` the policy opens must name a job tool and match its parameters' schema."""
+    from agentrft.policy.constrain import tool_call_grammar
+    from agentrft.policy.tool_format import OPEN
+
+    if not job.rl.tools:
+        raise ConfigError("agentrft.sampling.constrained_tool_calls needs tools in the job")
+    prefills = job.agentrft.prefill
+    for p in [prefills] if isinstance(prefills, str) else prefills or []:
+        if OPEN in p:
+            raise ConfigError(
+                f"agentrft.sampling.constrained_tool_calls: the prefill {p!r} opens a tool call, "
+                "which the grammar cannot see; drop `<tool_call>` from the prefill (the grammar "
+                "holds the calls the model writes) or turn constrained_tool_calls off"
+            )
+    return tool_call_grammar([(t.name, t.parameters) for t in job.rl.tools], "auto")
 
 
 def batched_sampler(job: Job, policy: Policy, params: SamplingParams) -> BatchedSampler:
@@ -135,6 +156,7 @@ def batched_sampler(job: Job, policy: Policy, params: SamplingParams) -> Batched
 def loss_config(job: Job) -> LossConfig:
     """The loss variant and its clip range. `clip_high` unset: DAPO's 0.28 for `dapo`, else
     symmetric (= clip_low)."""
+    from agentrft.policy.constrain import ToolCallGrammar
     from agentrft.train.loss import LossConfig
 
     t = job.agentrft.train
