@@ -156,7 +156,6 @@ def batched_sampler(job: Job, policy: Policy, params: SamplingParams) -> Batched
 def loss_config(job: Job) -> LossConfig:
     """The loss variant and its clip range. `clip_high` unset: DAPO's 0.28 for `dapo`, else
     symmetric (= clip_low)."""
-    from agentrft.policy.constrain import ToolCallGrammar
     from agentrft.train.loss import LossConfig
 
     t = job.agentrft.train

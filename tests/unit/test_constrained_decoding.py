@@ -59,9 +59,7 @@ def test_the_static_loop_samples_only_valid_calls(policy: HFPolicy, tokenizer: A
     assert valid_calls(tokenizer, free) == 0  # the model alone: the test can fail
 
 
-def test_recorded_logprobs_are_of_the_masked_distribution(
-    policy: HFPolicy, tokenizer: Any
-) -> None:
+def test_recorded_logprobs_are_of_the_masked_distribution(policy: HFPolicy, tokenizer: Any) -> None:
     grammar = tool_call_grammar(TOOLS, "named", name="get_weather", inside_call=True)
     ids = prompt(tokenizer) + list(tokenizer.encode(OPEN + '{"name": "get_weather", "arguments": '))
     (c,) = policy.sample([ids], SamplingParams(max_tokens=40, constraint=grammar), seeds=[3])
