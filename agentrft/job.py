@@ -125,6 +125,10 @@ class Sampling(Strict):
     kv_cache_mb: int = Field(
         default=1024, ge=0
     )  # KV caches kept between a rollout's turns, so a turn prefills only its new tokens; 0 re-prefills every turn
+    # hold every <tool_call> the policy writes to a tool's schema by grammar-constrained
+    # decoding (agentrft.policy.constrain); the log-probs trained on are then those of the
+    # masked, renormalised distribution the tokens were sampled from
+    constrained_tool_calls: bool = False
 
     @model_validator(mode="after")
     def _min_within_max(self) -> Sampling:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from agentrft.errors import ConfigError
 from agentrft.graders import tool_call_limit
@@ -23,6 +24,9 @@ from agentrft.rollout.context import ChatRenderer
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.tools import Tool, build_tools
 from agentrft.tools.launch import launch_environment
+
+if TYPE_CHECKING:  # xgrammar loads only where a job constrains its tool calls
+    from agentrft.policy.constrain import ToolCallGrammar
 
 
 def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
@@ -123,7 +127,27 @@ def sampling_params(
         seed=job.seed if seed is None else seed,
         stop=tuple(s.stop),
         min_tokens=s.min_tokens_per_turn,
+        constraint=tool_call_constraint(job) if s.constrained_tool_calls else None,
     )
+
+
+def tool_call_constraint(job: Job) -> ToolCallGrammar:
+    """The grammar of `agentrft.sampling.constrained_tool_calls`: free text, but each
+    `<tool_call>` the policy opens must name a job tool and match its parameters' schema."""
+    from agentrft.policy.constrain import tool_call_grammar
+    from agentrft.policy.tool_format import OPEN
+
+    if not job.rl.tools:
+        raise ConfigError("agentrft.sampling.constrained_tool_calls needs tools in the job")
+    prefills = job.agentrft.prefill
+    for p in [prefills] if isinstance(prefills, str) else prefills or []:
+        if OPEN in p:
+            raise ConfigError(
+                f"agentrft.sampling.constrained_tool_calls: the prefill {p!r} opens a tool call, "
+                "which the grammar cannot see; drop `<tool_call>` from the prefill (the grammar "
+                "holds the calls the model writes) or turn constrained_tool_calls off"
+            )
+    return tool_call_grammar([(t.name, t.parameters) for t in job.rl.tools], "auto")
 
 
 def batched_sampler(job: Job, policy: Policy, params: SamplingParams) -> BatchedSampler:

@@ -125,6 +125,8 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         max_body_bytes=int(args.max_body_mb * (1 << 20)),
+        max_queued_tokens=args.max_queued_tokens,
+        drain_s=args.drain_seconds,
     )
     return 0
 
@@ -192,6 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sv.add_argument(
         "--max-body-mb", type=float, default=16, help="larger request bodies get 413 (default 16)"
+    )
+    sv.add_argument(
+        "--max-queued-tokens",
+        type=int,
+        default=262_144,
+        help="n x max_tokens over all queued requests past which a request gets 429",
+    )
+    sv.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=10.0,
+        help="after SIGTERM, how long in-flight requests may finish before they are cancelled",
     )
     sv.set_defaults(func=cmd_serve_model)
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from agentrft.policy.constrain import ToolCallGrammar
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,9 @@ class SamplingParams:
         str, ...
     ] = ()  # stop strings (the text that ends a reply early), kept in the output
     min_tokens: int = 0  # neither a stop token nor a stop string ends a reply before this many tokens (vLLM's min_tokens)
+    # the grammar the sampled tokens must follow (`policy.constrain`); log-probs are then of
+    # the masked, renormalised distribution
+    constraint: ToolCallGrammar | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from agentrft.policy.prefill import (
     stack,
     use_decode_attention,
 )
+from agentrft.policy.row_state import RowRules, RowState
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class HFPolicy:
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
         self.pack_linears = True
         self._packs: PackedLinears | None = None
+        self._rules: RowRules | None = None
         self.decode_step: LlamaDecodeStep | None = (
             LlamaDecodeStep(self.sampler_model)
             if self.device.type == "cpu" and LlamaDecodeStep.supports(self.sampler_model)
@@ -284,41 +286,22 @@ class HFPolicy:
         prompt_of = list(batch.prompt_of)  # rows sharing a prompt read its keys and values once
         shared = SharedPrefix.of(prompt_of, batch.shared_width)
 
-        out_tokens: list[list[int]] = [[] for _ in range(B)]
-        out_logps: list[list[float]] = [[] for _ in range(B)]
-        stop_text = [""] * B
-        finished = [False] * B
+        rules = self.row_rules()
+        rows = [rules.start(RowState(params, limits[i])) for i in range(B)]
         live = fresh + extended  # original row of each batch row
-        stop_t = torch.tensor(sorted(self.stop_token_ids), device=dev)
-        tail = stop_tail(self.tokenizer, params.stop)
-        step = 0  # tokens sampled so far, the same for every live row
         while True:
-            if (
-                step < params.min_tokens
-            ):  # too early to stop: the log-probs are of this masked distribution
-                logits[:, stop_t] = float("-inf")
+            live_rows = [rows[i] for i in live]
+            rules.mask(logits, live_rows)
             tok, logp = _choose(logits, params, [gens[i] for i in live])
-            is_stop = torch.isin(tok, stop_t).tolist()
-            step += 1
-            for j, (i, t, lp) in enumerate(zip(live, tok.tolist(), logp.tolist(), strict=True)):
-                out_tokens[i].append(t)
-                out_logps[i].append(lp)
-                if is_stop[j]:
-                    finished[i] = True
-                elif params.stop and step >= params.min_tokens:
-                    hit = stop_string_hit(self.tokenizer, out_tokens[i], params.stop, tail)
-                    if hit is not None:
-                        finished[i], stop_text[i] = True, hit
-            keep = [
-                j for j, i in enumerate(live) if not finished[i] and len(out_tokens[i]) < limits[i]
-            ]
+            rules.record(live_rows, tok, logp)
+            keep = [j for j, i in enumerate(live) if rows[i].finish_reason is None]
             if (
                 cache is not None and cache.max_bytes > 0
             ):  # a finished row's KV is kept for its rollout's next turn
                 for j in sorted(set(range(len(live))) - set(keep)):
                     i = live[j]
                     entry = (
-                        row_prefix(kv, mask, j, [*prompts[i], *out_tokens[i][:-1]])
+                        row_prefix(kv, mask, j, [*prompts[i], *rows[i].tokens[:-1]])
                         if keys[i] is not None
                         else None
                     )
@@ -339,28 +322,14 @@ class HFPolicy:
             last_pos = last_pos + 1
             with shared_prefix(shared):
                 logits = forward(tok[:, None], mask, last_pos, kv).float()
-        return [
-            Completion(
-                tuple(out_tokens[i]),
-                tuple(out_logps[i]),
-                "stop" if finished[i] else "length",
-                stop_text[i],
-            )
-            for i in range(B)
-        ]
+        return [row.completion() for row in rows]
 
-
-def stop_tail(tokenizer: Any, stops: Sequence[str]) -> int:
-    """How many of the last tokens to decode to see any of `stops` that has just ended."""
-    return max((len(tokenizer.encode(s, add_special_tokens=False)) for s in stops), default=0) + 2
-
-
-def stop_string_hit(
-    tokenizer: Any, tokens: Sequence[int], stops: Sequence[str], tail: int
-) -> str | None:
-    """The stop string in the text of the last `tail` of `tokens`, if any."""
-    recent = tokenizer.decode(list(tokens[-tail:]))
-    return next((s for s in stops if s in recent), None)
+    def row_rules(self) -> RowRules:
+        """How this policy's rows stop and what they may sample (`policy.row_state`)."""
+        if self._rules is None:
+            vocab = int(getattr(self.sampler_model.config, "vocab_size", len(self.tokenizer)))
+            self._rules = RowRules(self.tokenizer, self.stop_token_ids, vocab, self.device)
+        return self._rules
 
 
 def choose_rows(

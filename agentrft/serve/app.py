@@ -9,7 +9,15 @@ Any other policy (one with only `sample`, as in the unit tests) is served by the
 engine's `BatchedSampler`: whole replies, so its stream's content comes at the end.
 
 Parsing and tokenizing run in worker threads, so the event loop keeps answering (`/health`
-included) while a huge prompt is tokenized. Bodies over `max_body_bytes` (16 MiB) get 413.
+included) while a huge prompt is tokenized. Bodies over `max_body_bytes` (16 MiB) get 413;
+past `max_queued_tokens` (n x max_tokens over all requests) a request gets 429
+(`serve.admission`). A client that hangs up cancels its request, streamed or not, within a
+decode step. On SIGTERM the server stops taking connections, lets in-flight requests finish
+for up to `drain_s` seconds, then cancels the rest and exits.
+
+`tool_choice` "required" or a named function, and `strict: true` tools, are enforced by
+grammar-constrained decoding (`policy.constrain`): such a reply is always a schema-valid call
+unless it runs out of max_tokens.
 A request's `seed` gives each of its choices its own random stream, so a seeded request
 gets the same reply however it was batched (within floating-point rounding: see the
 scheduler).
@@ -22,18 +30,20 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agentrft.policy import Completion, SamplingParams
+from agentrft.policy.constrain import ConstraintError
 from agentrft.policy.models import DEFAULT_MODEL
 from agentrft.rollout.batching import BatchedSampler
 from agentrft.rollout.context import ChatRenderer
+from agentrft.serve.admission import MAX_QUEUED_TOKENS, Reply, TokenBudget
 from agentrft.serve.protocol import (
     ChatRequest,
     ChunkWriter,
@@ -52,6 +62,7 @@ from agentrft.types import Item
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 << 20
+DRAIN_S = 10.0  # after SIGTERM, how long in-flight requests may run before they are cancelled
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class ChatService:
         max_batch: int = 32,
         default_max_tokens: int = 512,
         continuous: bool | None = None,
+        max_queued_tokens: int = MAX_QUEUED_TOKENS,
     ) -> None:
         ChatRenderer(policy.tokenizer)  # refuses a tokenizer without a chat template, at start
         self.policy = policy
@@ -95,8 +107,14 @@ class ChatService:
             self.scheduler = DecodeScheduler(policy, max_running=max_batch)
         else:
             self.sampler = BatchedSampler(policy, SamplingParams(), max_batch, gather_s=0.005)
+        self.budget = TokenBudget(max_queued_tokens)
         self.created = int(time.time())
         self.max_token_chars = _longest_token(policy.tokenizer)
+
+    def close(self) -> None:
+        """Fail whatever is still queued or decoding and let the decoding thread end."""
+        if self.scheduler is not None:
+            self.scheduler.close()
 
     def prompt(self, req: ChatRequest, specs: Any, prefill: str) -> list[int]:
         renderer = ChatRenderer(self.policy.tokenizer, specs)
@@ -112,16 +130,25 @@ class ChatService:
             text = text[: text.find(completion.stop_text)] if completion.stop_text in text else text
         return prefill + text
 
-    async def events(self, p: Prepared) -> AsyncGenerator[tuple[int, int | Completion], None]:
-        """(choice, token id) as tokens are sampled (continuous batching only), then
-        (choice, Completion) as each choice ends."""
-        if self.scheduler is not None:
-            async with contextlib.aclosing(
-                self.scheduler.generate(p.prompt, p.params, p.seeds)
-            ) as events:
-                async for event in events:
-                    yield event
-            return
+    def start(self, p: Prepared) -> Reply:
+        """Queue `p` now (RequestError 429 when the server is full) and return its events:
+        (choice, token id) as tokens are sampled (continuous batching only), then (choice,
+        Completion) as each choice ends. Closing it early cancels the request."""
+        held = self.budget.reserve(len(p.seeds) * p.max_new)
+        try:
+            if self.scheduler is not None:
+                from agentrft.serve.scheduler import SchedulerClosed
+
+                try:
+                    return Reply(self.scheduler.generate(p.prompt, p.params, p.seeds), held)
+                except SchedulerClosed as exc:
+                    raise RequestError(str(exc), None, "shutting_down", 503) from None
+            return Reply(self._whole_replies(p), held)
+        except BaseException:
+            held.release()
+            raise
+
+    async def _whole_replies(self, p: Prepared) -> AsyncIterator[tuple[int, int | Completion]]:
         assert self.sampler is not None
         completions = await asyncio.gather(
             *(self.sampler.sample(p.prompt, p.max_new, seed, p.params) for seed in p.seeds)
@@ -134,7 +161,7 @@ class ChatService:
         p = await asyncio.to_thread(self.prepare, req)  # tokenizing a long prompt takes seconds
         t0 = time.perf_counter()
         completions: dict[int, Completion] = {}
-        async with contextlib.aclosing(self.events(p)) as events:
+        async with contextlib.aclosing(self.start(p)) as events:
             async for i, event in events:
                 if isinstance(event, Completion):
                     completions[i] = event
@@ -152,8 +179,11 @@ class ChatService:
         )
         return completion_body(self.model_name, choices, len(p.prompt), sampled)
 
-    async def stream(self, req: ChatRequest, p: Prepared) -> AsyncGenerator[dict[str, Any], None]:
-        """`req`'s chunk events, each choice's content as it becomes certain."""
+    async def stream(
+        self, req: ChatRequest, p: Prepared, reply: Reply
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """`req`'s chunk events from its started `reply`, each choice's content as it
+        becomes certain."""
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         out = ChunkWriter(self.model_name, include_usage)
         texts = [
@@ -166,10 +196,10 @@ class ChatService:
             )
             for _ in p.seeds
         ]
-        for i in range(len(p.seeds)):
-            yield out.role(i)
         sampled = 0
-        async with contextlib.aclosing(self.events(p)) as events:
+        async with contextlib.aclosing(reply) as events:
+            for i in range(len(p.seeds)):
+                yield out.role(i)
             async for i, event in events:
                 if isinstance(event, Completion):
                     sampled += len(event.tokens)
@@ -227,12 +257,19 @@ class ChatService:
                 "context_length_exceeded",
             )
         max_new = asked if asked is not None else min(self.default_max_tokens, room)
+        if tools.grammar is not None and hasattr(self.policy, "row_rules"):
+            rules = self.policy.row_rules()  # compile now: a schema it cannot enforce is a 400
+            try:
+                tools.grammar.compiled(rules.tokenizer, rules.vocab_size, rules.stop_token_ids)
+            except ConstraintError as exc:
+                raise RequestError(str(exc), "tools") from None
         params = SamplingParams(
             temperature=req.temperature,
             top_p=req.top_p,
             max_tokens=max_new,
             stop=req.stop_strings,
             min_tokens=req.min_tokens,
+            constraint=tools.grammar,
         )
         seeds: list[int | None] = [
             None if req.seed is None else choice_seed(req.seed, i) for i in range(req.n)
@@ -287,7 +324,34 @@ async def chat_response(service: ChatService, req: ChatRequest) -> Any:
     if not req.stream:
         return await service.complete(req)
     p = await asyncio.to_thread(service.prepare, req)
-    return StreamingResponse(sse(service.stream(req, p)), media_type="text/event-stream")
+    reply = service.start(p)  # a 429 comes here, before any chunk
+    return StreamingResponse(sse(service.stream(req, p, reply)), media_type="text/event-stream")
+
+
+async def until_disconnected(request: Request) -> None:
+    """Return once the client has hung up (its body already read, the next ASGI message a
+    connection can send is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work: Any) -> Any:
+    """Await the coroutine `work`, cancelling it as soon as the client hangs up (then the
+    response is a bare 499 that nobody reads). A streamed reply notices on its own, at its
+    next chunk; this is what stops a non-streamed one."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(until_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        log.info("client hung up: request cancelled")
+        return Response(status_code=499)
+    finally:
+        for t in (task, gone):
+            t.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 async def sse(chunks: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[bytes, None]:
@@ -307,22 +371,30 @@ def create_app(
     default_max_tokens: int = 512,
     max_body_bytes: int = MAX_BODY_BYTES,
     continuous: bool | None = None,
+    max_queued_tokens: int = MAX_QUEUED_TOKENS,
 ) -> FastAPI:
     """The FastAPI app. `model_name` is the one id requests must name (`GET /v1/models`);
-    `continuous`: see ChatService."""
+    `continuous`: see ChatService. Its shutdown fails whatever is still decoding."""
     service = ChatService(
         policy,
         model_name,
         max_batch=max_batch,
         default_max_tokens=default_max_tokens,
         continuous=continuous,
+        max_queued_tokens=max_queued_tokens,
     )
-    app = FastAPI(title="agentrft serve-model", docs_url=None, redoc_url=None)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(service.close)
+
+    app = FastAPI(title="agentrft serve-model", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.service = service
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -346,7 +418,7 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         req = await asyncio.to_thread(parse_body, await read_body(request, max_body_bytes))
-        return await chat_response(service, req)
+        return await unless_disconnected(request, chat_response(service, req))
 
     return app
 
@@ -371,8 +443,11 @@ def serve_model(
     device: str = "auto",
     dtype: str = "auto",
     max_body_bytes: int = MAX_BODY_BYTES,
+    max_queued_tokens: int = MAX_QUEUED_TOKENS,
+    drain_s: float = DRAIN_S,
 ) -> None:
-    """Load `ref` (see `agentrft.policy.load`) and serve it until interrupted."""
+    """Load `ref` (see `agentrft.policy.load`) and serve it until interrupted. On SIGTERM or
+    Ctrl-C, in-flight requests get `drain_s` seconds to finish, then are cancelled."""
     import uvicorn
 
     from agentrft.policy.load import load_policy
@@ -385,10 +460,17 @@ def serve_model(
         max_batch=max_batch,
         default_max_tokens=default_max_tokens,
         max_body_bytes=max_body_bytes,
+        max_queued_tokens=max_queued_tokens,
     )
     print(
         f"serving {model_name!r} ({ref}) on http://{host}:{port}/v1  (OpenAI-compatible chat completions)",
         flush=True,
     )
     print(f"precision: {policy.precision}", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=max(round(drain_s), 1),
+    )

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from agentrft.data.jsonl import content_text
 from agentrft.policy import Completion
+from agentrft.policy.constrain import ToolCallGrammar, call_opening, tool_call_grammar
 from agentrft.policy.tool_format import (
     OPEN,
     FunctionSpec,
@@ -38,13 +39,19 @@ class RequestError(Exception):
     """A request the server cannot serve; becomes OpenAI's error JSON with `status`."""
 
     def __init__(
-        self, message: str, param: str | None = None, code: str | None = None, status: int = 400
+        self,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        status: int = 400,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message, self.param, self.code, self.status = message, param, code, status
+        self.headers = dict(headers or {})  # e.g. Retry-After on a 429
 
     def body(self) -> dict[str, Any]:
-        kind = {404: "not_found_error"}.get(
+        kind = {404: "not_found_error", 429: "rate_limit_error"}.get(
             self.status, "invalid_request_error" if self.status < 500 else "server_error"
         )
         return {
@@ -216,6 +223,7 @@ class ToolUse:
     specs: tuple[FunctionSpec, ...]  # rendered into the prompt
     parse: bool  # read <tool_call> blocks back out of the reply
     prefill: str  # forced start of the reply ("required" and named tool choices)
+    grammar: ToolCallGrammar | None = None  # what the sampled rest of the reply must match
 
     @property
     def schemas(self) -> dict[str, Any]:
@@ -225,7 +233,9 @@ class ToolUse:
 def tool_use(req: ChatRequest) -> ToolUse:
     """`tool_choice`: "auto" (default), "none" (tools not shown), "required" (the reply is
     prefilled with `<tool_call>`), or {"type": "function", "function": {"name": X}} (prefilled
-    up to X's arguments)."""
+    up to X's arguments). "required" and a named tool are held to one schema-valid call by a
+    grammar; under "auto", a grammar holds calls to `strict: true` tools to their schema
+    (and calls to the others to a JSON object) once the reply opens a call."""
     try:
         specs = tuple(specs_from_openai(req.tools or []))
     except ValueError as exc:
@@ -237,10 +247,15 @@ def tool_use(req: ChatRequest) -> ToolUse:
         return ToolUse((), False, "")
     if choice == "none":
         return ToolUse((), False, "")
+    schemas = [(s.name, s.parameters) for s in specs]
     if choice == "auto":
-        return ToolUse(specs, True, "")
+        strict = strict_tools(req.tools or [])
+        if not strict:
+            return ToolUse(specs, True, "")
+        loose = [(n, sch if n in strict else {"type": "object"}) for n, sch in schemas]
+        return ToolUse(specs, True, "", tool_call_grammar(loose, "auto"))
     if choice == "required":
-        return ToolUse(specs, True, OPEN)
+        return ToolUse(specs, True, OPEN, tool_call_grammar(schemas, "required", inside_call=True))
     fn = (
         choice.get("function")
         if isinstance(choice, dict) and choice.get("type", "function") == "function"
@@ -252,7 +267,23 @@ def tool_use(req: ChatRequest) -> ToolUse:
             'tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": <one of tools>}}',
             "tool_choice",
         )
-    return ToolUse(specs, True, OPEN + '{"name": "' + name + '", "arguments": ')
+    return ToolUse(
+        specs,
+        True,
+        OPEN + call_opening(name),
+        tool_call_grammar(schemas, "named", name=name, inside_call=True),
+    )
+
+
+def strict_tools(tools: Sequence[Any]) -> set[str]:
+    """The names of the function tools marked `strict: true`."""
+    return {
+        t["function"]["name"]
+        for t in tools
+        if isinstance(t, Mapping)
+        and isinstance(t.get("function"), Mapping)
+        and t["function"].get("strict") is True
+    }
 
 
 def choice(index: int, text: str, completion: Completion, tools: ToolUse) -> dict[str, Any]:

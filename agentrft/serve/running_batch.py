@@ -4,7 +4,9 @@ A row joins after its own prefill forward pass (`policy.prefill.prefill_prompts`
 prompts left-padded together, identical ones, the `n` choices of one request, once); its
 keys and values are then left-padded to the running batch's width and concatenated to it,
 layer by layer. Every decode step feeds each row the token it last sampled and samples the
-next one with that row's own sampling params and random stream (`HFPolicy`'s `choose_rows`).
+next one with that row's own sampling params and random stream (`HFPolicy`'s `choose_rows`),
+under the same row rules as `HFPolicy.sample` (`policy.row_state`: min_tokens, stop tokens and
+strings, a grammar).
 A finished row is dropped from the cache at once, and columns that no remaining row uses
 any more (the padding of a long prompt that has left) are cut off.
 
@@ -22,33 +24,27 @@ from typing import Any
 
 import torch
 
-from agentrft.policy import SamplingParams
-from agentrft.policy.hf import HFPolicy, choose_rows, stop_string_hit, stop_tail
+from agentrft.policy.hf import HFPolicy, choose_rows
 from agentrft.policy.prefill import _left_pad, new_cache, prefill_prompts
+from agentrft.policy.row_state import RowState
 
 RESERVE = 64  # spare KV columns allocated at a time; a step writes its column in place
 TRIM_MIN = 64  # unused leading columns worth a copy of the cache to drop
 
 
-@dataclass
-class Row:
-    """One choice of one request being decoded."""
+@dataclass(eq=False)
+class Row(RowState):
+    """One choice of one request being decoded (`limit` is its params' max_tokens)."""
 
-    prompt: Sequence[int]
-    params: SamplingParams  # params.max_tokens is this row's limit
-    generator: torch.Generator
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None  # "stop" or "length" once finished
-    stop_text: str = ""
-    tail: int = 0  # tokens to decode to see a stop string (set on admission)
+    prompt: Sequence[int] = ()
+    generator: torch.Generator = field(default_factory=torch.Generator)
     sent: int = 0  # tokens already handed to the request (the scheduler's count)
 
 
 class RunningBatch:
     def __init__(self, policy: HFPolicy) -> None:
         self.policy = policy
-        self.stop_ids = torch.tensor(sorted(policy.stop_token_ids), device=policy.device)
+        self.rules = policy.row_rules()
         self._reset()
 
     def _reset(self) -> None:
@@ -72,7 +68,7 @@ class RunningBatch:
             return
         policy = self.policy
         for row in rows:
-            row.tail = stop_tail(policy.tokenizer, row.params.stop)
+            self.rules.start(row)
         part = prefill_prompts(
             policy.forward_last,
             [r.prompt for r in rows],
@@ -116,23 +112,9 @@ class RunningBatch:
 
     def _sample(self, logits: torch.Tensor, rows: Sequence[Row]) -> torch.Tensor:
         """Choose each row's next token, record it, and mark rows that it finishes."""
-        early = [j for j, r in enumerate(rows) if len(r.tokens) < r.params.min_tokens]
-        if early:  # too early to stop: the log-probs are of this masked distribution
-            idx = torch.tensor(early, device=logits.device)
-            logits[idx[:, None], self.stop_ids[None, :]] = float("-inf")
+        self.rules.mask(logits, rows)
         tok, logp = choose_rows(logits, [r.params for r in rows], [r.generator for r in rows])
-        for row, t, lp in zip(rows, tok.tolist(), logp.tolist(), strict=True):
-            row.tokens.append(t)
-            row.logprobs.append(lp)
-            n = len(row.tokens)
-            if t in self.policy.stop_token_ids:
-                row.finish_reason = "stop"
-            elif row.params.stop and n >= row.params.min_tokens:
-                hit = stop_string_hit(self.policy.tokenizer, row.tokens, row.params.stop, row.tail)
-                if hit is not None:
-                    row.finish_reason, row.stop_text = "stop", hit
-            if row.finish_reason is None and n >= row.params.max_tokens:
-                row.finish_reason = "length"
+        self.rules.record(rows, tok, logp)
         return tok
 
     def retire(self, gone: Sequence[Row]) -> None:

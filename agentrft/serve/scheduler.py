@@ -12,7 +12,8 @@ slot. At most `max_running` rows decode together; the rest wait in arrival order
                                          \\__ every step: tokens to the request's queue __/
 
 The thread stops when nothing is left to do and starts again with the next request, so a
-service that drops its model does not keep it alive through an idle thread.
+service that drops its model does not keep it alive through an idle thread. `close()` (the
+server shutting down) fails every waiting and running request and lets the thread end.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -76,6 +77,8 @@ class DecodeScheduler:
         self._waiting: deque[Job] = deque()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._running: list[Job] = []  # the decoding thread's jobs, for close()
+        self._closed = False
 
     def submit(
         self,
@@ -96,9 +99,11 @@ class DecodeScheduler:
                 gen.seed()
             else:
                 gen.manual_seed(int(seed) % 2**63)
-            rows.append(Row(list(prompt), params, gen))
+            rows.append(Row(params, params.max_tokens, prompt=list(prompt), generator=gen))
         job = Job(rows, emit)
         with self._lock:
+            if self._closed:
+                raise SchedulerClosed("the server is shutting down")
             self._waiting.append(job)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -107,31 +112,32 @@ class DecodeScheduler:
                 self._thread.start()
         return job
 
-    async def generate(
+    def generate(
         self, prompt: Sequence[int], params: SamplingParams, seeds: Sequence[int | None]
-    ) -> AsyncGenerator[tuple[int, int | Completion], None]:
-        """A request's events in order: (choice, token id) as each token is sampled, then
-        (choice, Completion) once that choice is done. Closing the iterator early (the client
-        went away) cancels the request and frees its rows."""
+    ) -> RequestEvents:
+        """Queue a request now and return its events (see RequestEvents). Call it from the
+        event loop that will read them."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Events] = asyncio.Queue()
 
         def emit(events: Events) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, events)
 
-        job = self.submit(prompt, params, seeds, emit)
-        left = len(seeds)
-        try:
-            while left:
-                events = await queue.get()
-                if isinstance(events, BaseException):
-                    raise events
-                for index, event in events:
-                    left -= isinstance(event, Completion)
-                    yield index, event
-        finally:
-            if left:
-                job.cancelled = True
+        return RequestEvents(self.submit(prompt, params, seeds, emit), queue, len(seeds))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Refuse new requests, fail every waiting and running one (SchedulerClosed), and
+        wait up to `timeout` seconds for the decoding thread to end."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+            waiting, self._waiting = list(self._waiting), deque()
+            running = list(self._running)
+        for job in waiting + running:
+            job.cancelled = True
+            _send(job, SchedulerClosed("the server shut down before this request finished"))
+        if thread is not None:
+            thread.join(timeout)
 
     def _run(self) -> None:
         batch = RunningBatch(self.policy)
@@ -143,6 +149,7 @@ class DecodeScheduler:
                     return
                 admit = self._take(len(batch))
             jobs += admit
+            self._running = jobs
             try:
                 if admit:
                     self.stats.admissions += 1
@@ -203,18 +210,50 @@ class DecodeScheduler:
                 self.stats.sampled_tokens += len(row.tokens) - row.sent
                 row.sent = len(row.tokens)
                 if row.finish_reason:
-                    events.append((i, _completion(row)))
+                    events.append((i, row.completion()))
             if events:
                 _send(job, events)
 
 
-def _completion(row: Row) -> Completion:
-    return Completion(
-        tuple(row.tokens),
-        tuple(row.logprobs),
-        "stop" if row.finish_reason == "stop" else "length",
-        row.stop_text,
-    )
+class SchedulerClosed(RuntimeError):
+    """The scheduler was closed (the server is shutting down)."""
+
+
+class RequestEvents:
+    """A queued request's events in order: (choice, token id) as each token is sampled, then
+    (choice, Completion) once that choice is done. `aclose()` before the end (the client
+    went away, the server gave up on it) cancels the request, freeing its rows at the next
+    step; so does dropping the object unread."""
+
+    def __init__(self, job: Job, queue: asyncio.Queue[Events], choices: int) -> None:
+        self.job, self._queue, self._left = job, queue, choices
+        self._pending: list[tuple[int, int | Completion]] = []
+
+    def __aiter__(self) -> RequestEvents:
+        return self
+
+    async def __anext__(self) -> tuple[int, int | Completion]:
+        try:
+            while not self._pending:
+                if not self._left:
+                    raise StopAsyncIteration
+                events = await self._queue.get()
+                if isinstance(events, BaseException):
+                    raise events
+                self._pending = list(events)
+        except BaseException:
+            self.job.cancelled = True  # failed, cancelled (CancelledError) or done: no more work
+            raise
+        index, event = self._pending.pop(0)
+        self._left -= isinstance(event, Completion)
+        return index, event
+
+    async def aclose(self) -> None:
+        if self._left:
+            self.job.cancelled = True
+
+    def __del__(self) -> None:
+        self.job.cancelled = True
 
 
 def _send(job: Job, events: Events) -> None:
