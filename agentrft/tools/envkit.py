@@ -19,7 +19,8 @@ per-rollout state, speaking the OpenAI Agent RFT wire contract.
     app = env.app                      # any ASGI server; `agentrft` can launch it for a job
 
 Routes: POST /tools/{name}, POST /grade (and /grade/{name}), POST /cleanup, GET /tools,
-GET /health.
+GET /health, and /mcp: the same tools over MCP (streamable HTTP, `agentrft.tools.envkit_mcp`),
+with per-trace state keyed by the `trace_id` each call carries, shared with the HTTP routes.
 Raise `ToolInputError` for a 4xx (shown to the model); any other exception is a 500, which
 agentrft retries and then discards the rollout. A path the model named that loops through
 symlinks or is too long for the file system is the model's mistake too: a 400 that says so
@@ -213,6 +214,32 @@ class ToolServer:
         for trace_id in stale:
             self.cleanup(trace_id, f"idle for over {self.idle_ttl_s:g}s")
 
+    async def call_tool(
+        self,
+        name: str,
+        args: dict[str, Any],
+        trace_id: str,
+        item: dict[str, Any],
+        headers: dict[str, str],
+    ) -> Any:
+        """Run tool `name` for `trace_id` (HTTP and MCP alike). Raises ToolInputError for the
+        model's mistakes (wrong arguments included), TraceGone, or the tool's own error."""
+        entry = self._tools[name]
+        try:
+            inspect.signature(entry.fn).bind(None, **args)
+        except TypeError as exc:  # wrong or missing arguments: the model's mistake
+            raise ToolInputError(f"bad arguments for {name!r}: {exc}") from None
+
+        def run() -> Any:
+            ctx = self._context(trace_id, item, headers)
+            ctx.calls += 1
+            return entry.fn(ctx, **args)
+
+        out = await run_in_threadpool(run)
+        if inspect.isawaitable(out):
+            out = await out
+        return out
+
     # -- HTTP -----------------------------------------------------------------------------
     @property
     def app(self) -> Any:
@@ -221,12 +248,18 @@ class ToolServer:
         return self._app
 
     def _build_app(self) -> Any:
+        from agentrft.tools.envkit_mcp import McpEndpoint
+
+        mcp = McpEndpoint(self)
+
         @contextlib.asynccontextmanager
-        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-            yield
+        async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+            async with mcp.running() as state:  # this server's own MCP session manager
+                yield state
             await run_in_threadpool(self.close)
 
         app = FastAPI(title=self.name, lifespan=lifespan)
+        app.router.add_route("/mcp", mcp, include_in_schema=False)  # the same tools over MCP
 
         async def read_json(request: Request) -> Any:
             declared = request.headers.get("content-length")
@@ -274,21 +307,8 @@ class ToolServer:
             if not trace_id:
                 return PlainTextResponse("missing trace_id", status_code=400)
             headers = {k.lower(): v for k, v in request.headers.items()}
-
             try:
-                inspect.signature(entry.fn).bind(None, **args)
-            except TypeError as exc:  # wrong or missing arguments: the model's mistake
-                return PlainTextResponse(f"bad arguments for {name!r}: {exc}", status_code=400)
-
-            def run() -> Any:
-                ctx = self._context(trace_id, req.get("item") or {}, headers)
-                ctx.calls += 1
-                return entry.fn(ctx, **args)
-
-            try:
-                out = await run_in_threadpool(run)
-                if inspect.isawaitable(out):
-                    out = await out
+                out = await self.call_tool(name, args, trace_id, req.get("item") or {}, headers)
             except ToolInputError as exc:
                 return PlainTextResponse(str(exc), status_code=400)
             except TraceGone as exc:
@@ -306,7 +326,7 @@ class ToolServer:
                 return PlainTextResponse(
                     f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500
                 )
-            text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
+            text = tool_text(out)
             return JSONResponse(
                 {
                     "type": "function_call_output",
@@ -371,6 +391,11 @@ class _TooLarge(Exception):
     pass
 
 
+def tool_text(out: Any) -> str:
+    """A tool's return value as the text the model reads (non-strings as JSON)."""
+    return out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
+
+
 def bad_path(exc: BaseException) -> str | None:
     """What to tell the model when `exc` came from a path it named that cannot be followed (a
     symlink loop, a name too long), else None: a real failure of the tool."""
@@ -425,7 +450,7 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterato
 
     port = port or free_port(host)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="auto")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
