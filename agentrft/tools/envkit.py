@@ -52,6 +52,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from agentrft.tools.http import MAX_PAYLOAD_BYTES
 from agentrft.tools.python import ToolInputError
@@ -259,7 +260,8 @@ class ToolServer:
             await run_in_threadpool(self.close)
 
         app = FastAPI(title=self.name, lifespan=lifespan)
-        app.router.add_route("/mcp", mcp, include_in_schema=False)  # the same tools over MCP
+        # the same tools over MCP; an ASGI app as the route's endpoint (Starlette's Route)
+        app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
 
         async def read_json(request: Request) -> Any:
             declared = request.headers.get("content-length")
@@ -450,7 +452,7 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterato
 
     port = port or free_port(host)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="auto")
+        uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -11,16 +11,17 @@ official SDK's server side), so one environment serves training and a team's own
 - Stateless transport: no session state lives here (the state is per trace, not per session),
   so a client may reconnect freely. Requests over 1 MiB are refused.
 
-The SDK's session manager runs inside the app's lifespan, one fresh manager per start.
+The SDK's session manager runs inside the app's lifespan, one fresh manager per start; an app
+served with lifespan off starts one at its first MCP request, for as long as its loop runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
-
-from starlette.responses import PlainTextResponse
 
 from agentrft.tools.http import MAX_PAYLOAD_BYTES
 from agentrft.tools.mcp_spec import TRACE_HEADER
@@ -34,11 +35,15 @@ _STATE_KEY = "agentrft_mcp_manager"
 
 
 class McpEndpoint:
-    """The ASGI app at /mcp for one ToolServer. `running()` must wrap the app's lifespan."""
+    """The ASGI app at /mcp for one ToolServer. `running()` wraps the app's lifespan."""
 
     def __init__(self, env: ToolServer) -> None:
         self.env = env
         self._server: Any = None
+        self._lazy: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._holder: asyncio.Task[None] | None = None
 
     def _mcp_server(self) -> Any:
         import mcp_types as types
@@ -65,10 +70,13 @@ class McpEndpoint:
             headers = {k.lower(): v for k, v in request.headers.items()} if request else {}
             trace_id = str(meta.get("trace_id") or headers.get(TRACE_HEADER.lower()) or "")
             if not trace_id:
-                return error(f"missing trace_id: send it in `_meta.trace_id` or the {TRACE_HEADER} header")
+                return error(
+                    f"missing trace_id: send it in `_meta.trace_id` or the {TRACE_HEADER} header"
+                )
             if params.name not in env._tools:
                 return error(f"unknown tool {params.name!r}; this server has {sorted(env._tools)}")
-            item = meta.get("item") if isinstance(meta.get("item"), dict) else {}
+            sent = meta.get("item")
+            item: dict[str, Any] = sent if isinstance(sent, dict) else {}
             try:
                 out = await env.call_tool(
                     params.name, dict(params.arguments or {}), trace_id, item, headers
@@ -105,12 +113,26 @@ class McpEndpoint:
             yield {_STATE_KEY: manager}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        manager = (scope.get("state") or {}).get(_STATE_KEY)
-        if manager is None:
-            response = PlainTextResponse(
-                "MCP needs the app's lifespan: serve it with lifespan on (uvicorn's default)",
-                status_code=503,
-            )
-            await response(scope, receive, send)
-            return
+        manager = (scope.get("state") or {}).get(_STATE_KEY) or await self._without_lifespan()
         await manager.asgi_app(scope, receive, send)
+
+    async def _without_lifespan(self) -> Any:
+        """Served with lifespan off (`serve_in_thread`): a manager for this event loop, started
+        by the first request and stopped when the loop ends."""
+        loop = asyncio.get_running_loop()
+        ready = self._lazy.get(loop)
+        if ready is None:
+            ready = self._lazy[loop] = loop.create_future()
+
+            async def hold() -> None:
+                try:
+                    async with self.running() as state:
+                        ready.set_result(state[_STATE_KEY])
+                        await asyncio.Event().wait()  # until the loop cancels it
+                except Exception as exc:
+                    if not ready.done():
+                        ready.set_exception(exc)
+                    raise
+
+            self._holder = loop.create_task(hold())
+        return await asyncio.shield(ready)

@@ -356,4 +356,3 @@ def mcp_tools(
                 spec, conn, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s
             )
     return tools
-

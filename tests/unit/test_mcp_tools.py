@@ -194,7 +194,18 @@ def test_a_stdio_server_that_crashes_mid_rollout_discards_it(stdio, tokenizer):
 def job(**ext):
     return {
         "training_file": "t.jsonl",
-        "method": {"type": "reinforcement", "reinforcement": {"grader": {"type": "string_check", "name": "g", "input": "{{sample.output_text}}", "reference": "x", "operation": "eq"}}},
+        "method": {
+            "type": "reinforcement",
+            "reinforcement": {
+                "grader": {
+                    "type": "string_check",
+                    "name": "g",
+                    "input": "{{sample.output_text}}",
+                    "reference": "x",
+                    "operation": "eq",
+                }
+            },
+        },
         "agentrft": ext,
     }
 
@@ -216,14 +227,21 @@ def test_the_job_field_is_validated_with_the_field_and_the_fix():
 def test_a_name_shared_with_a_job_tool_is_refused(server):
     with pytest.raises(ConfigError, match=r"'remember'.*also defined by the job's `tools`"):
         mcp_tools(
-            [McpServer(url=server + "/mcp")], timeout_s=1, retries=0, backoff_s=0, taken=["remember"]
+            [McpServer(url=server + "/mcp")],
+            timeout_s=1,
+            retries=0,
+            backoff_s=0,
+            taken=["remember"],
         )
 
 
 def test_secrets_of_mcp_servers_are_redacted_where_a_job_is_written():
     data = job(
         mcp_servers=[
-            {"url": "https://u:p@tools.example.com/mcp?k=v", "headers": {"Authorization": "Bearer s"}},
+            {
+                "url": "https://u:p@tools.example.com/mcp?k=v",
+                "headers": {"Authorization": "Bearer s"},
+            },
             {"command": ["srv"], "env": {"TOKEN": "t"}},
         ]
     )
