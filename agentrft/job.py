@@ -20,6 +20,7 @@ from agentrft.config import Strict, fix_for, load_mapping_file
 from agentrft.errors import ConfigError
 from agentrft.graders.judge import JudgeConfig
 from agentrft.graders.python import SandboxSpec
+from agentrft.tools.mcp_spec import McpServer
 
 Auto = Literal["auto"]
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -205,6 +206,7 @@ class Extension(Strict):
     tool_retries: int = Field(default=3, ge=0)
     tool_backoff_s: float = Field(default=0.5, ge=0)
     environment: Environment | None = None
+    mcp_servers: list[McpServer] = Field(default_factory=list)  # tools from MCP servers
     judge: JudgeConfig | None = (
         None  # where score_model/label_model graders run (agentrft.graders.judge)
     )

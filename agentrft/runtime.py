@@ -30,10 +30,10 @@ if TYPE_CHECKING:  # xgrammar loads only where a job constrains its tool calls
 
 
 def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
-    """The job's tools, with its retry settings; bare-path URLs resolve against `base_url`
-    (the job's environment server)."""
+    """The job's tools, then its MCP servers' tools, with its retry settings; bare-path URLs
+    resolve against `base_url` (the job's environment server)."""
     ext = job.agentrft
-    return build_tools(
+    tools = build_tools(
         job.rl.tools,
         timeout_s=ext.tool_timeout_s,
         retries=ext.tool_retries,
@@ -41,6 +41,21 @@ def tools_from_job(job: Job, base_url: str | None = None) -> dict[str, Tool]:
         base_url=base_url,
         base_dir=str(job.resolve_path(".")),
     )
+    if ext.mcp_servers:  # listed now: their schemas are rendered like the job's own tools
+        from agentrft.tools.mcp import mcp_tools
+
+        tools.update(
+            mcp_tools(
+                ext.mcp_servers,
+                timeout_s=ext.tool_timeout_s,
+                retries=ext.tool_retries,
+                backoff_s=ext.tool_backoff_s,
+                base_url=base_url,
+                base_dir=job.resolve_path("."),
+                taken=list(tools),
+            )
+        )
+    return tools
 
 
 def tool_call_cap(job: Job, grader: Grader | None = None) -> int | None:
@@ -60,11 +75,15 @@ def settings_from_job(
 ) -> RolloutSettings:
     """Rollout settings for a local policy. Give the `grader` so its tool budget caps calls."""
     ext = job.agentrft
+    tools = tools_from_job(job, base_url)
     return RolloutSettings(
         renderer=ChatRenderer(
-            policy.tokenizer, job.rl.tools, ext.system_prompt, ext.few_shot_messages
+            policy.tokenizer,
+            [t.spec for t in tools.values()],
+            ext.system_prompt,
+            ext.few_shot_messages,
         ),
-        tools=tools_from_job(job, base_url),
+        tools=tools,
         max_tokens_per_turn=ext.sampling.max_tokens_per_turn,
         max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
         context_window=min(

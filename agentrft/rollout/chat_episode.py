@@ -38,7 +38,7 @@ from agentrft.policy.openai_client import ChatChoice, ChatRequestRejected, OpenA
 from agentrft.policy.tool_format import OPEN, parse_call, parse_reply
 from agentrft.rollout.context import prompt_messages
 from agentrft.rollout.turns import EpisodeLog, StopRules, finish_turn, new_trace_id
-from agentrft.tools import Tool
+from agentrft.tools import Tool, release_tools
 from agentrft.tools.http import new_client
 from agentrft.types import Group, Item, StopReason, ToolCall, Trajectory
 
@@ -150,12 +150,27 @@ async def run_chat_episode(
     client: httpx.AsyncClient,
     trace_id: str | None = None,
 ) -> Trajectory:
+    """Run one rollout against the endpoint; what its tools held for it is closed after."""
+    trace_id = trace_id or new_trace_id()
+    try:
+        return await _chat_episode(item, settings, chat, client, trace_id)
+    finally:
+        await release_tools(settings.tools, trace_id)
+
+
+async def _chat_episode(
+    item: Item,
+    settings: ChatRolloutSettings,
+    chat: OpenAIChat,
+    client: httpx.AsyncClient,
+    trace_id: str,
+) -> Trajectory:
     schemas = settings.schemas
     specs = [tool.spec for tool in settings.tools.values()] or None
     messages = openai_history(
         prompt_messages(item, settings.system_prompt, settings.few_shot_messages), schemas
     )
-    log = EpisodeLog(item, messages, trace_id=trace_id or new_trace_id())
+    log = EpisodeLog(item, messages, trace_id=trace_id)
     sampled_total = 0
     stop: StopReason | None
     while True:

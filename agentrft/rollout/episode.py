@@ -30,7 +30,7 @@ from agentrft.rollout.turns import (
     new_trace_id,
 )
 from agentrft.seeds import TURN_STRIDE
-from agentrft.tools import Tool
+from agentrft.tools import Tool, release_tools
 from agentrft.types import Item, Origin, StopReason, Trajectory
 
 
@@ -83,6 +83,7 @@ async def run_episode(
         return await _turns(log, ctx, item, settings, sampler, client, seed)
     finally:
         sampler.release(log.trace_id)
+        await release_tools(settings.tools, log.trace_id)
 
 
 async def _turns(

@@ -3,8 +3,9 @@
 A job request is OpenAI's reinforcement job plus the `agentrft` key (the SDK sends it with
 `extra_body`). It is checked with the same models `agentrft train` uses (`agentrft.job`),
 so a bad request fails with the field and the fix before it is queued. The service adds
-two rules of its own: tools are HTTP endpoints with an absolute `server_url` (the service
-runs no user code), and `agentrft.environment` is refused for the same reason.
+two rules of its own: tools are HTTP endpoints with an absolute `server_url` and MCP servers
+are reached at an absolute `url` (the service runs no user code), and `agentrft.environment`
+and stdio MCP servers (`command`) are refused for the same reason.
 
 Each job gets a run directory `DATA/jobs/JOB_ID` laid out as `agentrft train` lays it out
 (job.json, run.json, metrics.jsonl, checkpoints/, final/), with its own copy of the
@@ -136,10 +137,31 @@ def _check_service_rules(body: dict[str, Any]) -> None:
                 "invalid_value",
             )
     ext = body.get("agentrft")
+    for i, server in enumerate((ext.get("mcp_servers") or []) if isinstance(ext, dict) else []):
+        _check_mcp_server(server, f"agentrft.mcp_servers[{i}]")
     if isinstance(ext, dict) and ext.get("environment") is not None:
         raise RequestError(
             "agentrft.environment is not available in the service: run your tool server yourself and give absolute `server_url`s",
             "agentrft.environment",
+            "invalid_value",
+        )
+
+
+def _check_mcp_server(server: Any, where: str) -> None:
+    """The service reaches MCP servers over HTTP only: it starts no stdio server."""
+    if not isinstance(server, dict):
+        raise RequestError(f"{where} must be an object", where, "invalid_value")
+    if server.get("command") is not None:
+        raise RequestError(
+            f"{where}: the service starts no stdio MCP server (`command`); run it yourself behind streamable HTTP and give its `url`",
+            f"{where}.command",
+            "invalid_value",
+        )
+    url = server.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise RequestError(
+            f"{where}.url must be the absolute http(s) URL of a streamable-HTTP MCP server, got {url!r}",
+            f"{where}.url",
             "invalid_value",
         )
 

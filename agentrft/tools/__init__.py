@@ -3,6 +3,8 @@
 A tool is any object with a `name`, a `spec` and
 `async __call__(call, trace_id, item, client) -> ToolResult` that raises `ToolUnavailable`
 once retries are spent. `client` is the shared pooled `httpx.AsyncClient` of the event loop.
+A tool that holds something per rollout (an MCP session, `agentrft.tools.mcp`) also has
+`async release(trace_id)`, called by `release_tools` when the rollout ends.
 """
 
 from __future__ import annotations
@@ -55,4 +57,13 @@ def build_tools(
     return tools
 
 
-__all__ = ["HttpTool", "PythonTool", "Tool", "ToolInputError", "build_tools"]
+async def release_tools(tools: Mapping[str, Tool], trace_id: str) -> None:
+    """Close what a rollout's tools held open for it (an MCP session per server); the
+    episode drivers call it once the rollout ends. Tools without `release` hold nothing."""
+    for tool in {id(t): t for t in tools.values()}.values():
+        release = getattr(tool, "release", None)
+        if release is not None:
+            await release(trace_id)
+
+
+__all__ = ["HttpTool", "PythonTool", "Tool", "ToolInputError", "build_tools", "release_tools"]

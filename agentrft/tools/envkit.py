@@ -19,7 +19,8 @@ per-rollout state, speaking the OpenAI Agent RFT wire contract.
     app = env.app                      # any ASGI server; `agentrft` can launch it for a job
 
 Routes: POST /tools/{name}, POST /grade (and /grade/{name}), POST /cleanup, GET /tools,
-GET /health. With a token (`ToolServer(token=...)`, or `AGENTRFT_ENV_TOKEN`, which
+GET /health, and /mcp: the same tools over MCP (streamable HTTP, `agentrft.tools.envkit_mcp`),
+with per-trace state keyed by the `trace_id` each call carries, shared with the HTTP routes. With a token (`ToolServer(token=...)`, or `AGENTRFT_ENV_TOKEN`, which
 agentrft sets when it starts the server for a job), every route but /health answers 401
 unless the request carries it in `X-Agentrft-Env-Token`; agentrft sends it (see
 agentrft.tools.env_token). Without one, the routes are open to whoever can reach the port.
@@ -56,6 +57,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from agentrft.tools.env_token import TOKEN_ENV, TOKEN_HEADER
 from agentrft.tools.http import MAX_PAYLOAD_BYTES
@@ -221,6 +223,32 @@ class ToolServer:
         for trace_id in stale:
             self.cleanup(trace_id, f"idle for over {self.idle_ttl_s:g}s")
 
+    async def call_tool(
+        self,
+        name: str,
+        args: dict[str, Any],
+        trace_id: str,
+        item: dict[str, Any],
+        headers: dict[str, str],
+    ) -> Any:
+        """Run tool `name` for `trace_id` (HTTP and MCP alike). Raises ToolInputError for the
+        model's mistakes (wrong arguments included), TraceGone, or the tool's own error."""
+        entry = self._tools[name]
+        try:
+            inspect.signature(entry.fn).bind(None, **args)
+        except TypeError as exc:  # wrong or missing arguments: the model's mistake
+            raise ToolInputError(f"bad arguments for {name!r}: {exc}") from None
+
+        def run() -> Any:
+            ctx = self._context(trace_id, item, headers)
+            ctx.calls += 1
+            return entry.fn(ctx, **args)
+
+        out = await run_in_threadpool(run)
+        if inspect.isawaitable(out):
+            out = await out
+        return out
+
     # -- HTTP -----------------------------------------------------------------------------
     @property
     def app(self) -> Any:
@@ -229,12 +257,19 @@ class ToolServer:
         return self._app
 
     def _build_app(self) -> Any:
+        from agentrft.tools.envkit_mcp import McpEndpoint
+
+        mcp = McpEndpoint(self)
+
         @contextlib.asynccontextmanager
-        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-            yield
+        async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+            async with mcp.running() as state:  # this server's own MCP session manager
+                yield state
             await run_in_threadpool(self.close)
 
         app = FastAPI(title=self.name, lifespan=lifespan)
+        # the same tools over MCP; an ASGI app as the route's endpoint (Starlette's Route)
+        app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
 
         @app.middleware("http")
         async def check_token(request: Request, call_next: Callable[..., Any]) -> Any:
@@ -297,21 +332,8 @@ class ToolServer:
             if not trace_id:
                 return PlainTextResponse("missing trace_id", status_code=400)
             headers = {k.lower(): v for k, v in request.headers.items()}
-
             try:
-                inspect.signature(entry.fn).bind(None, **args)
-            except TypeError as exc:  # wrong or missing arguments: the model's mistake
-                return PlainTextResponse(f"bad arguments for {name!r}: {exc}", status_code=400)
-
-            def run() -> Any:
-                ctx = self._context(trace_id, req.get("item") or {}, headers)
-                ctx.calls += 1
-                return entry.fn(ctx, **args)
-
-            try:
-                out = await run_in_threadpool(run)
-                if inspect.isawaitable(out):
-                    out = await out
+                out = await self.call_tool(name, args, trace_id, req.get("item") or {}, headers)
             except ToolInputError as exc:
                 return PlainTextResponse(str(exc), status_code=400)
             except TraceGone as exc:
@@ -329,7 +351,7 @@ class ToolServer:
                 return PlainTextResponse(
                     f"tool {name!r} failed: {type(exc).__name__}: {exc}", status_code=500
                 )
-            text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
+            text = tool_text(out)
             return JSONResponse(
                 {
                     "type": "function_call_output",
@@ -392,6 +414,11 @@ class ToolServer:
 
 class _TooLarge(Exception):
     pass
+
+
+def tool_text(out: Any) -> str:
+    """A tool's return value as the text the model reads (non-strings as JSON)."""
+    return out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
 
 
 def bad_path(exc: BaseException) -> str | None:

@@ -59,6 +59,7 @@ class Server:
 
         from agentrft.service.app import create_app
 
+        self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(data_dir, **kwargs)  # type: ignore[arg-type]

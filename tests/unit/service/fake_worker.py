@@ -2,9 +2,11 @@
 run writes (hyperparameters.json, metrics.jsonl, rollouts, checkpoints) without a model.
 
 The job's `metadata` steers it: `fake_steps` (default 2), `fake_step_s` (seconds per step,
-default 0), `fake_fail` (an error message: the run fails with it). It loads its job as the
-real worker does (job.json plus the secrets on stdin) and writes the sha256 of each tool
-header value and tool URL it got to `fake_worker_secrets.json`.
+default 0), `fake_fail` (an error message: the run fails with it), `fake_list_tools` (the
+job's tools are built as a run builds them, MCP servers listed, and their names written to
+RUN_DIR/tools.json). It loads its job as the real worker does (job.json plus the secrets on
+stdin) and writes the sha256 of each tool header value and tool URL it got to
+`fake_worker_secrets.json`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ def main() -> int:
     )
     meta = job.get("metadata") or {}
     steps, step_s = int(meta.get("fake_steps", 2)), float(meta.get("fake_step_s", 0))
+    if meta.get("fake_list_tools"):
+        from agentrft.job import job_from_dict
+        from agentrft.runtime import tools_from_job
+
+        tools = tools_from_job(job_from_dict(job, base_dir=run_dir))
+        (run_dir / "tools.json").write_text(json.dumps(sorted(tools)))
     if meta.get("fake_fail"):
         write_result(run_dir, {"error": {"code": "training_aborted", "message": meta["fake_fail"]}})
         return 1

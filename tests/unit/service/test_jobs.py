@@ -189,3 +189,39 @@ def test_workers_do_not_inherit_the_api_keys(monkeypatch) -> None:
     monkeypatch.setenv("AGENTRFT_CACHE", "/somewhere")
     env = worker_environment()
     assert "AGENTRFT_API_KEYS" not in env and env["AGENTRFT_CACHE"] == "/somewhere"
+
+
+def test_a_job_whose_tools_come_from_an_mcp_server_url(alice, service, tmp_path) -> None:
+    from agentrft.tools.envkit import ToolServer, serve_in_thread
+
+    env = ToolServer("service-mcp")
+
+    @env.tool(description="Look up a country.")
+    def lookup_country(ctx, country: str) -> str:
+        return "capital: Paris"
+
+    with serve_in_thread(env.app) as url:
+        job = alice.fine_tuning.jobs.create(
+            model="smollm2-135m-instruct",
+            training_file=upload(alice).id,
+            method={"type": "reinforcement", "reinforcement": {"grader": GRADER, "tools": []}},
+            metadata={"fake_list_tools": "1"},
+            extra_body={"agentrft": {"mcp_servers": [{"url": url + "/mcp"}]}},
+        )
+        done = wait_status(alice, job.id, {"succeeded", "failed"})
+    assert done.status == "succeeded", done.error
+    run_dir = service.data_dir / "jobs" / job.id
+    assert (run_dir / "tools.json").read_text() == '["lookup_country"]'  # listed by the worker
+
+    for server, param in (
+        ({"command": ["python", "server.py"]}, "agentrft.mcp_servers[0].command"),
+        ({"url": "/mcp"}, "agentrft.mcp_servers[0].url"),
+    ):
+        with pytest.raises(openai.BadRequestError) as err:
+            alice.fine_tuning.jobs.create(
+                model="smollm2-135m-instruct",
+                training_file=upload(alice).id,
+                method={"type": "reinforcement", "reinforcement": {"grader": GRADER}},
+                extra_body={"agentrft": {"mcp_servers": [server]}},
+            )
+        assert err.value.body["param"] == param
