@@ -38,6 +38,7 @@ import jsonschema
 from agentrft.errors import ConfigError, ToolUnavailable
 from agentrft.policy.tool_format import FunctionSpec
 from agentrft.redact import redact_urls
+from agentrft.tools.env_token import with_env_token
 from agentrft.tools.http import MAX_PAYLOAD_BYTES, output_refused
 from agentrft.tools.mcp_spec import TRACE_HEADER, McpServer
 from agentrft.types import ToolCall, ToolResult
@@ -87,7 +88,9 @@ class McpConnection:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        headers = dict(self.server.headers)
+        assert self.url is not None
+        # an environment server agentrft launched takes its shared token (tools/env_token.py)
+        headers = dict(with_env_token(self.url, self.server.headers))
         if trace_id is not None:
             headers[TRACE_HEADER] = trace_id
         http = httpx2.AsyncClient(

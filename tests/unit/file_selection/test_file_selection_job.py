@@ -12,6 +12,7 @@ from agentrft.graders import build_grader, sample_from_text
 from agentrft.job import load_job
 from agentrft.policy.tool_format import parse_reply
 from agentrft.tasks.file_selection.dataset import build_dataset
+from agentrft.tools.env_token import with_env_token
 from agentrft.tools.launch import launch_environment
 
 
@@ -104,7 +105,9 @@ def test_environment_launches_and_removes_workspaces_on_exit(make_repo, tmp_path
             "trace_id": "trace_launch",
             "item": item,
         }
-        resp = httpx.post(f"{url}/tools/read_file", json=body, timeout=30)
+        resp = httpx.post(
+                f"{url}/tools/read_file", json=body, headers=with_env_token(url, {}), timeout=30
+            )
         assert resp.json()["output"] == "1: hello"
         assert len(list(workspaces.iterdir())) == 1
     assert list(workspaces.iterdir()) == []  # the server removed open workspaces as it stopped
