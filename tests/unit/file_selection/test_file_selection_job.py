@@ -106,8 +106,8 @@ def test_environment_launches_and_removes_workspaces_on_exit(make_repo, tmp_path
             "item": item,
         }
         resp = httpx.post(
-                f"{url}/tools/read_file", json=body, headers=with_env_token(url, {}), timeout=30
-            )
+            f"{url}/tools/read_file", json=body, headers=with_env_token(url, {}), timeout=30
+        )
         assert resp.json()["output"] == "1: hello"
         assert len(list(workspaces.iterdir())) == 1
     assert list(workspaces.iterdir()) == []  # the server removed open workspaces as it stopped
