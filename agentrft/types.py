@@ -143,3 +143,14 @@ class Group:
     item: Item
     trajectories: tuple[Trajectory, ...]
     grades: tuple[Grade | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A tool as a chat request names it: what rendering needs, with no backend to call."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )

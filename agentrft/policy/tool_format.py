@@ -16,12 +16,12 @@ import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
-from agentrft.types import ToolCall
+from agentrft.types import FunctionSpec, ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 CALL_SYNTAX = '<tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>'
@@ -37,17 +37,6 @@ def tool_schema(spec: Any) -> dict[str, Any]:
             "parameters": spec.parameters,
         },
     }
-
-
-@dataclass(frozen=True)
-class FunctionSpec:
-    """A tool as a chat request names it: what rendering needs, with no backend to call."""
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
 
 
 def specs_from_openai(tools: Sequence[Any]) -> list[FunctionSpec]:

@@ -36,12 +36,11 @@ from typing import Any
 import jsonschema
 
 from agentrft.errors import ConfigError, ToolUnavailable
-from agentrft.policy.tool_format import FunctionSpec
 from agentrft.redact import redact_urls
 from agentrft.tools.env_token import with_env_token
 from agentrft.tools.http import MAX_PAYLOAD_BYTES, output_refused
 from agentrft.tools.mcp_spec import TRACE_HEADER, McpServer
-from agentrft.types import ToolCall, ToolResult
+from agentrft.types import FunctionSpec, ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the names a job's tools may have

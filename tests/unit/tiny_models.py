@@ -23,3 +23,15 @@ def tiny_llama(vocab: int = 100, **overrides: Any) -> LlamaForCausalLM:
         **overrides,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def onednn_packs(dtype: torch.dtype) -> bool:
+    """Whether this CPU's oneDNN can prepack a `dtype` linear weight (bf16 needs avx512bw/vl/dq
+    or avx_ne_convert; agentrft then does not pack, see policy.precision.packing_speedup)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=dtype), 4)
+    except RuntimeError:
+        return False
+    return True
