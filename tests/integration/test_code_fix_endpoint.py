@@ -28,7 +28,7 @@ def test_the_task_runs_and_is_graded_against_an_endpoint(base_policy: Any, tmp_p
     report = build_dataset(project, tmp_path / "data", include=["calc/core.py"], max_per_file=2)
     assert report.kept >= 1
     demo = recipes.load("code_fix")
-    job = demo.variant_job("task", tmp_path / "data", tmp_path / "out", 1, 1, None)
+    job = demo.variant_job(demo.HERE, tmp_path / "data", tmp_path / "out", 1, 1, None)
     items = load_dataset(tmp_path / "data/train.jsonl")[:1]
     res, records = evaluate_through_endpoint(base_policy, job, items, 2, tmp_path / "eval")
     assert len(records) == 2
