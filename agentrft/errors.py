@@ -43,3 +43,13 @@ class ToolUnavailable(EndpointUnavailable):
 
 class GraderUnavailable(EndpointUnavailable):
     """A remote grader stayed unavailable: the sample is discarded, never scored 0."""
+
+
+class EngineUnavailable(AgentRFTError, RuntimeError):
+    """The rollout engine (a vLLM server) is not installed, did not start, or stopped
+    answering."""
+
+
+class EngineMismatch(AgentRFTError):
+    """The engine's log-probs of the sampled tokens are far from the trainer's: the engine is
+    not sampling from the policy being trained (a stale adapter, a dtype or template drift)."""

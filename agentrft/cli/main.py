@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from agentrft.cli.data import add_commands as add_data_commands
+from agentrft.cli.engine import add_engine_flag, apply_engine_flag
 from agentrft.cli.evaluate import add_commands as add_evaluate_commands
 from agentrft.cli.graders import add_commands as add_grader_commands
 from agentrft.cli.service import add_commands as add_service_commands
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("job", help="job file (YAML or JSON, OpenAI's reinforcement job shape)")
     r.add_argument("-n", type=int, default=1, help="rollouts per row (default 1)")
     r.add_argument("--split", choices=["train", "validation"], default="train")
+    add_engine_flag(r)
     r.add_argument("--rows", type=int, default=None, help="only the first N rows")
     r.add_argument("--out", default=None, help="output directory (default runs/rollout-TIMESTAMP)")
     r.add_argument("--model", default=None, help="override the job's model")
@@ -218,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="continue a run from its latest checkpoint",
     )
+    add_engine_flag(t)
     t.set_defaults(func=cmd_train)
 
     d = sub.add_parser(
@@ -245,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SEED",
         help="run the whole demo once per seed and report the mean gain with a 95%% interval (e.g. --seeds 1 2 3)",
     )
+    add_engine_flag(d)
     d.set_defaults(func=cmd_demo)
 
     add_evaluate_commands(sub)
@@ -283,6 +287,7 @@ def _exit_on_sigterm() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    apply_engine_flag(args)
     _quiet_libraries(args.verbose)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -24,6 +24,7 @@ import contextlib
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from agentrft.policy import Completion, Policy, SamplingParams
 from agentrft.policy.kv_cache import PrefixCache
@@ -39,6 +40,29 @@ _Request = tuple[
     "asyncio.Future[Completion]",
 ]
 DEFAULT_KV_CACHE_MB = 1024
+
+
+class Sampler(Protocol):
+    """What an episode samples its turns from: this module's BatchedSampler (the local
+    engine) or `agentrft.engine.vllm_client.VLLMSampler`. Token ids in; a Completion (the
+    sampled ids and their log-probs) out."""
+
+    params: SamplingParams
+
+    async def sample(
+        self,
+        tokens: Sequence[int],
+        max_new: int,
+        seed: int | None = None,
+        params: SamplingParams | None = None,
+        key: Hashable | None = None,
+    ) -> Completion: ...
+
+    def release(self, key: Hashable) -> None: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from agentrft.policy.tool_format import parse_reply
-from agentrft.rollout.batching import BatchedSampler
+from agentrft.rollout.batching import Sampler
 from agentrft.rollout.context import ChatRenderer, Context
 from agentrft.rollout.turns import (
     EpisodeLog,
@@ -68,7 +68,7 @@ class RolloutSettings:
 async def run_episode(
     item: Item,
     settings: RolloutSettings,
-    sampler: BatchedSampler,
+    sampler: Sampler,
     client: httpx.AsyncClient,
     trace_id: str | None = None,
     seed: int | None = None,
@@ -91,7 +91,7 @@ async def _turns(
     ctx: Context,
     item: Item,
     settings: RolloutSettings,
-    sampler: BatchedSampler,
+    sampler: Sampler,
     client: httpx.AsyncClient,
     seed: int | None,
 ) -> Trajectory:

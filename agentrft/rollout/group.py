@@ -10,7 +10,7 @@ from typing import Any
 
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy import Policy, SamplingParams
-from agentrft.rollout.batching import BatchedSampler
+from agentrft.rollout.batching import BatchedSampler, Sampler
 from agentrft.rollout.caller_thread import run_with_caller
 from agentrft.rollout.episode import RolloutSettings, run_episode
 from agentrft.tools.http import new_client
@@ -21,7 +21,7 @@ async def run_groups_async(
     items: Sequence[Item],
     group_size: int,
     settings: RolloutSettings,
-    sampler: BatchedSampler,
+    sampler: Sampler,
     on_done: Callable[[Trajectory], Any] | None = None,
 ) -> list[Group]:
     """Every rollout of every row at once; generation is batched across all of them. With a
@@ -57,7 +57,7 @@ def rollout_groups(
     items: Sequence[Item],
     group_size: int,
     settings: RolloutSettings,
-    sampler: BatchedSampler,
+    sampler: Sampler,
     on_done: Callable[[Trajectory], Any] | None = None,
 ) -> tuple[list[Group], dict[str, float]]:
     """The rollouts stage of training and evaluation: `group_size` rollouts per row, and the

@@ -26,6 +26,7 @@ import torch
 
 from agentrft.console import console, progress_bar, show_precision
 from agentrft.data import load_dataset
+from agentrft.engine import Engine, choose_engine, open_engine
 from agentrft.errors import AgentRFTError, ConfigError
 from agentrft.evaluate.eval import eval_results, graded_records, reward_stats
 from agentrft.graders import build_grader, grade_rollouts
@@ -33,11 +34,12 @@ from agentrft.graders.protocol import Grader
 from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
 from agentrft.policy.hf import HFPolicy
+from agentrft.policy.models import resolve_model
 from agentrft.redact import restore_secrets
 from agentrft.rollout.episode import RolloutSettings
 from agentrft.rollout.group import rollout_groups
 from agentrft.rollout.records import new_output_dir, summarize
-from agentrft.runtime import batched_sampler, job_environment, sampling_params, settings_from_job
+from agentrft.runtime import job_environment, sampling_params, settings_from_job
 from agentrft.seeds import EPOCH_STRIDE, EVAL_OFFSET, STEP_STRIDE
 from agentrft.train.advantages import rollouts_with_advantage
 from agentrft.train.checkpoint import (
@@ -49,6 +51,7 @@ from agentrft.train.checkpoint import (
     make_trainable,
     save_checkpoint,
 )
+from agentrft.train.engine_check import check_engine
 from agentrft.train.observe import RunLog
 from agentrft.train.run_files import read_run_files, write_run_files
 from agentrft.train.settings import normalize_std, update_config
@@ -101,6 +104,7 @@ class Setup:
     train_items: list[Item]
     val_items: list[Item] | None
     state: TrainState
+    engine: str  # local | vllm (agentrft.engine, resolved for this machine)
 
 
 def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
@@ -112,6 +116,13 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     )
     hp = resolve_hyperparameters(job, len(train_items))
     ext = job.agentrft
+    engine, why = choose_engine(ext.engine, ext.device)
+    if engine == "vllm" and ext.train.full_finetune:
+        raise ConfigError(
+            f"{job.source}: agentrft.train.full_finetune cannot sync full weights into the vLLM "
+            "engine yet; train a LoRA adapter (full_finetune: false) or use --engine local"
+        )
+    console.print(f"engine: {engine} ({why})")
     policy = HFPolicy.load(job.model, ext.device, ext.dtype, for_training=True)
     model = make_trainable(policy.model, ext.train, job.seed)
     policy.model = model  # trained here; rollouts sample from its synced copy
@@ -124,11 +135,16 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
         state = load_checkpoint(ckpt, model, optimizer)
         policy.sync_sampler()
         console.print(f"resuming from {ckpt.name} (step {state.step})")
-    return Setup(job, hp, policy, model, optimizer, grader, train_items, val_items, state)
+    return Setup(job, hp, policy, model, optimizer, grader, train_items, val_items, state, engine)
 
 
 def evaluate(
-    s: Setup, settings: RolloutSettings, env_url: str | None, log: RunLog, step: int
+    s: Setup,
+    settings: RolloutSettings,
+    env_url: str | None,
+    log: RunLog,
+    step: int,
+    engine: Engine,
 ) -> dict[str, Any]:
     """The held-out evaluation at `step`: rollouts and grades as in training, at the eval
     temperature, summarised by `evaluate/`."""
@@ -137,7 +153,7 @@ def evaluate(
     params = sampling_params(
         s.job, seed=s.job.seed + EVAL_OFFSET + step, temperature=ext.train.eval_temperature
     )
-    sampler = batched_sampler(s.job, s.policy, params)
+    sampler = engine.sampler(params, ext.sampling.max_batch, ext.sampling.kv_cache_mb)
     with progress_bar(f"eval at step {step}", len(s.val_items) * s.hp.eval_samples) as advance:
         groups, _ = rollout_groups(s.val_items, s.hp.eval_samples, settings, sampler, advance)
     groups, _ = grade_rollouts(groups, s.grader, env_url)
@@ -163,13 +179,18 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
     }
     (run_dir / "hyperparameters.json").write_text(json.dumps(hyper, indent=2))
     log = RunLog(run_dir, resume_from_step=s.state.step if resume else None)
-    ucfg = update_config(job, bf16=s.policy.dtype == "bf16")
-    with job_environment(job) as env_url:
+    ucfg = update_config(job, bf16=s.policy.dtype == "bf16", engine=s.engine)
+    with (
+        job_environment(job) as env_url,
+        open_engine(job, s.policy, run_dir, s.engine, resolve_model(job.model)) as engine,
+    ):
         settings = settings_from_job(
             job, s.policy, env_url, s.grader
         )  # the grader's tool budget caps calls
+        if s.state.step > 0 and engine.kind != "local":  # resumed: the engine gets the adapter
+            engine.sync(s.model, s.state.step)
         if s.val_items and s.state.step == 0:
-            res = evaluate(s, settings, env_url, log, 0)
+            res = evaluate(s, settings, env_url, log, 0, engine)
             log.log(0, {"eval": res})
             console.print(
                 f"step 0 eval: reward {res['reward']['mean']:.3f}  tool calls p50 {res['tool_calls']['p50']:.0f} p95 {res['tool_calls']['p95']:.1f}"
@@ -179,9 +200,12 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             # 1. rows
             rows = batch_rows(s.train_items, hp, step, job.seed)
             # 2. rollouts
-            sampler = batched_sampler(
-                job, s.policy, sampling_params(job, seed=job.seed * STEP_STRIDE + step)
+            sampler = engine.sampler(
+                sampling_params(job, seed=job.seed * STEP_STRIDE + step),
+                ext.sampling.max_batch,
+                ext.sampling.kv_cache_mb,
             )
+            sampled_with = engine.adapter
             with progress_bar(
                 f"step {step + 1}/{hp.total_steps} rollouts", len(rows) * hp.group_size
             ) as advance:
@@ -194,7 +218,11 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             # 5. update
             reset_peak_rss()
             upd = update_policy(s.model, s.optimizer, scored, ucfg)
-            s.policy.sync_sampler()
+            # the engine check: were these rollouts sampled from the policy just trained on?
+            check_engine(
+                {**upd, **sampler.metrics()}, ext.engine_check, step + 1, engine.kind, sampled_with
+            )
+            upd.update(engine.sync(s.model, step + 1))  # the next step samples the new weights
             upd["memory/update_peak_mb"] = peak_rss_mb()
             release_free_memory()  # else the update's peak stays resident (see agentrft/memory.py)
             s.state.step = step + 1
@@ -218,8 +246,8 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
                 and hp.eval_interval
                 and (s.state.step % hp.eval_interval == 0 or s.state.step == hp.total_steps)
             ):
-                metrics["eval"] = evaluate(s, settings, env_url, log, s.state.step)
-            log.log(s.state.step, metrics)
+                metrics["eval"] = evaluate(s, settings, env_url, log, s.state.step, engine)
+            log.log(s.state.step, metrics, {"engine": engine.kind, "sampled_with": sampled_with})
             # 7. checkpoint, after the step's metrics are on disk: a kill between the two loses
             # nothing (resume drops lines past its checkpoint and redoes those steps)
             if s.state.step % ext.train.checkpoint_interval == 0 or s.state.step == hp.total_steps:

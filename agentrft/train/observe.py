@@ -40,9 +40,14 @@ class RunLog:
 
         self.tb = SummaryWriter(str(run_dir / "tensorboard"))
 
-    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+    def log(
+        self, step: int, metrics: Mapping[str, Any], tags: Mapping[str, str] | None = None
+    ) -> None:
+        """One line of metrics.jsonl; `tags` are text fields kept beside the numbers (the
+        engine and the adapter it sampled with), not sent to TensorBoard."""
         flat = flatten(metrics)
-        write_jsonl(self.metrics_path, [finite({"step": step, **flat})], append=True)
+        line = {"step": step, **(tags or {}), **flat}
+        write_jsonl(self.metrics_path, [finite(line)], append=True)
         for k, v in flat.items():
             if math.isfinite(v):
                 self.tb.add_scalar(k, v, step)

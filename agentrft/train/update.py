@@ -192,6 +192,9 @@ def update_policy(
         "kl": 0.0,
         "entropy": 0.0,
         "sampler_drift": 0.0,
+        "sampler_kl": 0.0,
+        "tis_weight": 0.0,
+        "tis_capped": 0.0,
         "grad_norm": 0.0,
     }
     for epoch in range(cfg.ppo_epochs):
@@ -203,17 +206,23 @@ def update_policy(
             )
             adv = flat([it.advantage for it in sub for _ in it.targets])
             old_logp = old[k] if cfg.ppo_epochs > 1 else logp.detach()
-            parts = policy_loss(logp, old_logp, adv, normalizer, cfg.loss, ref.get(k))
+            engine_logp = flat([lp for it in sub for lp in it.sampler_logp])
+            parts = policy_loss(logp, old_logp, adv, normalizer, cfg.loss, ref.get(k), engine_logp)
             parts.loss.backward()
             stats["loss"] += float(parts.loss.detach()) / cfg.ppo_epochs
             if epoch == cfg.ppo_epochs - 1:
                 stats["clipped"] += float(parts.clipped_tokens)
                 stats["kl"] += float(parts.kl_sum)
+                stats["tis_weight"] += float(parts.tis_weight_sum)
+                stats["tis_capped"] += float(parts.tis_capped)
             if epoch == 0:
                 assert entropy is not None
                 stats["entropy"] += float(entropy.detach().sum())
-                sampler = flat([lp for it in sub for lp in it.sampler_logp])
-                stats["sampler_drift"] += float((logp.detach() - sampler).abs().sum())
+                # the engine check: how far the sampler's log-probs are from the trainer's
+                delta = logp.detach() - engine_logp
+                stats["sampler_drift"] += float(delta.abs().sum())
+                # k3 estimate of KL(engine || trainer) on the engine's samples
+                stats["sampler_kl"] += float((torch.exp(delta) - delta - 1.0).sum())
         params = [p for p in model.parameters() if p.requires_grad]
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
         optimizer.step()
@@ -223,8 +232,11 @@ def update_policy(
         "train/entropy": stats["entropy"] / n_tokens,
         "train/clip_fraction": stats["clipped"] / n_tokens,
         "train/kl": stats["kl"] / n_tokens,
-        "train/logprob_drift_vs_sampler": stats["sampler_drift"]
-        / n_tokens,  # mean |train - sampler| log-prob
+        # mean |trainer - engine| log-prob of the sampled tokens, and KL(engine || trainer)
+        "engine/logprob_gap": stats["sampler_drift"] / n_tokens,
+        "engine/kl": stats["sampler_kl"] / n_tokens,
+        "train/tis_weight": stats["tis_weight"] / n_tokens,
+        "train/tis_capped_fraction": stats["tis_capped"] / n_tokens,
         "train/grad_norm": stats["grad_norm"],
         "train/tokens": float(n_tokens),
         "train/rollouts": float(len(items)),

@@ -71,7 +71,7 @@ LAYERS: list[set[str]] = [
     {"console", "sandbox", "data"},
     {"tools"},
     {"policy"},
-    {"rollout"},
+    {"rollout", "engine"},
     {"graders"},
     {"job"},
     {"runtime"},
