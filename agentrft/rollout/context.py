@@ -5,10 +5,13 @@ The prompt is rendered once with the chat template. After each assistant reply, 
 tokens are appended. The model's sampled tokens stay exactly as sampled, so the log-probs
 recorded at sampling time line up with the tokens the trainer scores.
 
-How the new text is found, for any prefix-stable chat template: render the conversation
-with and without the new messages; the difference is what comes next. The template's
-closing of the assistant turn (e.g. `<|im_end|>\n`) is found with a sentinel reply; the
-part the model already sampled (its stop token) is not inserted twice.
+How the new text is found: render the conversation with and without the new messages; the
+difference is what comes next. Both renders show every assistant reply as a placeholder, so
+a template that rewrites earlier replies (Qwen3's drops their `<think>` blocks once the
+conversation moves on) still yields only the glue, and the reply's tokens stay as sampled:
+turn 3's context is turn 2's plus the new tokens, never a re-render. The template's closing
+of the assistant turn (e.g. `<|im_end|>\n`) is found the same way; the part the model
+already sampled (its stop token) is not inserted twice.
 """
 
 from __future__ import annotations
@@ -187,17 +190,18 @@ class ChatRenderer:
         """Tokens to append after the last assistant reply in `messages` (which must be the
         last message), given the tool messages that follow it and the text of the stop token
         the model already sampled ("" if none). Returns (tokens, origins)."""
-        before = self._render(messages, add_generation_prompt=False)
-        after = self._render([*messages, *new_messages], add_generation_prompt=True)
+        shown = [
+            {"role": "assistant", "content": f"{_SENTINEL}{i}"} if m["role"] == "assistant" else m
+            for i, m in enumerate(messages)
+        ]
+        before = self._render(shown, add_generation_prompt=False)
+        after = self._render([*shown, *new_messages], add_generation_prompt=True)
         if not after.startswith(before):
             raise ConfigError(
-                "the chat template is not prefix-stable (adding messages rewrites earlier ones); token-in/token-out rollouts need a template that only appends"
+                "the chat template is not prefix-stable (adding tool messages rewrites earlier ones); token-in/token-out rollouts need a template that only appends after the last reply"
             )
-        closing = self._render(
-            [*messages[:-1], {"role": "assistant", "content": _SENTINEL}],
-            add_generation_prompt=False,
-        )
-        closing = closing[closing.rfind(_SENTINEL) + len(_SENTINEL) :]
+        last = f"{_SENTINEL}{len(messages) - 1}"
+        closing = before[before.rfind(last) + len(last) :]
         if sampled_stop_text and closing.startswith(sampled_stop_text):
             closing = closing[len(sampled_stop_text) :]
         delta = after[len(before) :]

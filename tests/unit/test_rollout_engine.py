@@ -168,3 +168,46 @@ def test_openai_style_tool_calls_in_few_shot_are_rendered_not_dropped(tokenizer)
     (traj,), policy = run(tokenizer, ["3"], few_shot=few)
     prompt = tokenizer.decode(policy.prompts[0])
     assert '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>' in prompt
+
+
+# A Qwen3-style template: an assistant reply keeps its <think> block only while it is the
+# last message; once the conversation moves on, the template renders it without.
+THINK_DROPPING_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "<|im_start|>{{ m.role }}\n"
+    "{%- if m.role == 'assistant' and not loop.last and '</think>' in m.content -%}"
+    "{{ m.content.split('</think>')[-1] }}"
+    "{%- else -%}{{ m.content }}{%- endif -%}"
+    "<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+
+
+def test_a_template_that_drops_earlier_think_blocks_never_rewrites_the_context(tokenizer):
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = THINK_DROPPING_TEMPLATE
+    replies = [
+        "<think>first add 2 and 3</think>" + call(2, 3),
+        "<think>now add 4</think>" + call(5, 4),
+        "<think>done</think>The answer is 9.",
+    ]
+    (traj,), policy = run(tok, replies)
+    assert traj.stop_reason == StopReason.FINAL_ANSWER and len(policy.prompts) == 3
+    # turn k+1's context is turn k's plus what was sampled plus the glue: nothing re-rendered
+    for k in range(2):
+        prompt, nxt = policy.prompts[k], policy.prompts[k + 1]
+        n = traj.turns[k].sampled_tokens
+        assert nxt[: len(prompt)] == prompt
+        assert list(traj.origins[len(prompt) : len(prompt) + n]) == [Origin.SAMPLED] * n
+    assert list(traj.tokens[: len(policy.prompts[2])]) == policy.prompts[2]
+    # the think blocks the model sampled are still in the trained tokens ...
+    text = tok.decode(traj.tokens)
+    assert "<think>first add 2 and 3</think>" in text and "<think>now add 4</think>" in text
+    # ... although re-rendering the conversation with the template would have dropped them
+    rendered = tok.apply_chat_template(
+        [*traj.messages, {"role": "user", "content": "ok"}], tokenize=False
+    )
+    assert "first add 2 and 3" not in rendered
