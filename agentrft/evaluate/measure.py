@@ -50,6 +50,7 @@ def run_graded(
     model path, or an OpenAI-compatible endpoint URL (evaluated, not trainable). Rollouts
     come from `rollout/` and grades from `graders/`, as in training."""
     from agentrft.console import progress_bar, show_precision
+    from agentrft.engine import choose_engine
     from agentrft.graders import build_grader, grade_rollouts
     from agentrft.runtime import (
         batched_sampler,
@@ -74,6 +75,23 @@ def run_graded(
                 groups = asyncio.run(
                     run_chat_groups_async(items, k, chat_settings, chat, on_done=advance)
                 )
+        elif choose_engine(ext.engine, ext.device)[0] == "vllm":
+            import tempfile
+
+            from agentrft.engine import eval_engine
+            from agentrft.rollout.group import rollout_groups
+
+            with (
+                tempfile.TemporaryDirectory(prefix="agentrft-engine-") as work,
+                eval_engine(job, model, Path(work)) as (engine, served),
+            ):
+                settings = settings_from_job(job, served, env_url, grader)
+                params = sampling_params(
+                    job, seed=job.seed if seed is None else seed, temperature=temperature
+                )
+                sampler = engine.sampler(params, ext.sampling.max_batch, ext.sampling.kv_cache_mb)
+                with progress_bar(f"{label} (vLLM engine)", len(items) * k) as advance:
+                    groups, _ = rollout_groups(items, k, settings, sampler, advance)
         else:
             from agentrft.policy.load import load_policy
             from agentrft.rollout.group import rollout_groups

@@ -51,6 +51,14 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def stop_tokens(tokenizer: Any, generation_config: Any) -> frozenset[int]:
+    """The ids that end a reply: the tokenizer's EOS and the generation config's."""
+    eos = {tokenizer.eos_token_id}
+    gen_eos = getattr(generation_config, "eos_token_id", None)
+    eos |= set(gen_eos) if isinstance(gen_eos, list) else {gen_eos}
+    return frozenset(int(t) for t in eos if t is not None)
+
+
 class HFPolicy:
     """A causal LM from transformers that samples batches with a KV cache.
 
@@ -83,10 +91,7 @@ class HFPolicy:
         self.dtype = self.precision.dtype  # "bf16" or "fp32", never "auto"
         self.name = name
         self.device = next(model.parameters()).device
-        eos = {tokenizer.eos_token_id}
-        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        eos |= set(gen_eos) if isinstance(gen_eos, list) else {gen_eos}
-        self.stop_token_ids = frozenset(int(t) for t in eos if t is not None)
+        self.stop_token_ids = stop_tokens(tokenizer, getattr(model, "generation_config", None))
         self.pad_token_id = (
             tokenizer.pad_token_id
             if tokenizer.pad_token_id is not None
