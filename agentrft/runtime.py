@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentrft.engine import ServedModel
 from agentrft.errors import ConfigError
@@ -80,25 +80,33 @@ def settings_from_job(
     """Rollout settings for a model sampled token by token (a local policy, or a model a
     vLLM engine serves). Give the `grader` so its tool budget caps calls."""
     ext = job.agentrft
-    tools = tools_from_job(job, base_url)
+    fields = episode_fields(job, base_url, grader)
     return RolloutSettings(
         renderer=ChatRenderer(
             policy.tokenizer,
-            [t.spec for t in tools.values()],
+            [t.spec for t in fields["tools"].values()],
             ext.system_prompt,
             ext.few_shot_messages,
         ),
-        tools=tools,
-        max_tokens_per_turn=ext.sampling.max_tokens_per_turn,
-        max_tokens_per_episode=ext.sampling.max_tokens_per_episode,
         context_window=min(
             ext.sampling.context_window or policy.context_window, policy.context_window
         ),
-        max_episode_steps=job.rl.max_episode_steps,
-        max_tool_calls=tool_call_cap(job, grader),
         prefills=ext.prefills,
-        prefill_all_turns=ext.prefill_turns == "all",
+        **fields,
     )
+
+
+def episode_fields(job: Job, base_url: str | None, grader: Grader | None) -> dict[str, Any]:
+    """The `EpisodeSettings` fields both drivers share: the tools and the limits."""
+    s = job.agentrft.sampling
+    return {
+        "tools": tools_from_job(job, base_url),
+        "max_tokens_per_turn": s.max_tokens_per_turn,
+        "max_tokens_per_episode": s.max_tokens_per_episode,
+        "max_episode_steps": job.rl.max_episode_steps,
+        "max_tool_calls": tool_call_cap(job, grader),
+        "prefill_all_turns": job.agentrft.prefill_turns == "all",
+    }
 
 
 def _one_prefill(prefills: tuple[str, ...]) -> str | None:
@@ -119,15 +127,10 @@ def chat_settings_from_job(
     environment server). Give the `grader` so its tool budget caps calls."""
     ext, s = job.agentrft, job.agentrft.sampling
     return ChatRolloutSettings(
-        tools=tools_from_job(job, base_url),
+        **episode_fields(job, base_url, grader),
         system_prompt=ext.system_prompt,
         few_shot_messages=tuple(ext.few_shot_messages),
-        max_tokens_per_turn=s.max_tokens_per_turn,
-        max_tokens_per_episode=s.max_tokens_per_episode,
-        max_episode_steps=job.rl.max_episode_steps,
-        max_tool_calls=tool_call_cap(job, grader),
         prefill=_one_prefill(ext.prefills),
-        prefill_all_turns=ext.prefill_turns == "all",
         # no seed: one seed for every rollout of a row would make an endpoint repeat itself
         # min_tokens: vLLM's extra parameter (sent only when set)
         sampling={

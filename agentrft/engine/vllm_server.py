@@ -4,7 +4,8 @@ The server runs in the engine's own virtualenv (`make engine` builds `.venv-engi
 `AGENTRFT_ENGINE_PYTHON`, or the job's `agentrft.vllm.python`), as its own process group, on
 loopback. agentrft waits for `/health`, shows the log's tail if it exits or never answers,
 and on the way out (a normal end, an error, Ctrl-C or SIGTERM) sends SIGTERM to the group and
-SIGKILL after a grace period, so no engine outlives its run.
+SIGKILL after a grace period; if agentrft itself is killed (SIGKILL), the kernel sends the
+server SIGTERM (PR_SET_PDEATHSIG), so no engine outlives its run.
 
 It starts with runtime LoRA loading on (`VLLM_ALLOW_RUNTIME_LORA_UPDATING`), the log-probs of
 the distribution it samples from (`--logprobs-mode processed_logprobs`: after temperature,
@@ -33,6 +34,7 @@ from agentrft.tools.envkit import free_port
 SCRIPT = Path(__file__).with_name("vllm_main.py")
 PYTHON_ENV = "AGENTRFT_ENGINE_PYTHON"
 STOP_GRACE_S = 20.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def engine_python(explicit: str | None = None) -> Path:
@@ -150,6 +152,7 @@ def vllm_server(spec: ServerSpec, log_path: Path) -> Iterator[str]:
             stdin=subprocess.DEVNULL,
             env=_environment(spec, python),
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         try:
             with console.status(f"starting the vLLM engine on {spec.model_dir.name} ({url})"):
@@ -160,6 +163,15 @@ def vllm_server(spec: ServerSpec, log_path: Path) -> Iterator[str]:
             yield url
         finally:
             stop_process_group(proc)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when agentrft dies, even by SIGKILL, so no
+    engine is left holding memory and a port (Linux; elsewhere the `finally` still runs)."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout_s: float, log: Path) -> None:

@@ -37,27 +37,21 @@ from agentrft.errors import ConfigError
 from agentrft.policy.openai_client import ChatChoice, ChatRequestRejected, OpenAIChat
 from agentrft.policy.tool_format import OPEN, parse_call, parse_reply
 from agentrft.rollout.context import prompt_messages
-from agentrft.rollout.turns import EpisodeLog, StopRules, finish_turn, new_trace_id
-from agentrft.tools import Tool, release_tools
+from agentrft.rollout.turns import EpisodeLog, EpisodeSettings, finish_turn, new_trace_id
+from agentrft.tools import release_tools
 from agentrft.tools.http import new_client
 from agentrft.types import Group, Item, StopReason, ToolCall, Trajectory
 
 _WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id")
 
 
-@dataclass(frozen=True)
-class ChatRolloutSettings:
+@dataclass(frozen=True, kw_only=True)
+class ChatRolloutSettings(EpisodeSettings):
     """Everything a chat episode needs besides the endpoint. Picklable."""
 
-    tools: Mapping[str, Tool]
     system_prompt: str | None = None
     few_shot_messages: tuple[Mapping[str, Any], ...] = ()
-    max_tokens_per_turn: int = 256
-    max_tokens_per_episode: int = 1024
-    max_episode_steps: int | None = None
-    max_tool_calls: int | None = None
     prefill: str | None = None  # only "<tool_call>" (sent as tool_choice="required")
-    prefill_all_turns: bool = False
     sampling: Mapping[str, Any] = field(default_factory=dict)  # temperature, top_p, seed, stop
 
     def __post_init__(self) -> None:
@@ -68,14 +62,6 @@ class ChatRolloutSettings:
             )
         if self.prefill is not None and not self.tools:
             raise ConfigError(f"prefill {OPEN!r} needs at least one tool")
-
-    @property
-    def rules(self) -> StopRules:
-        return StopRules(self.max_episode_steps, self.max_tool_calls)
-
-    @property
-    def schemas(self) -> dict[str, Any]:
-        return {name: tool.spec.parameters for name, tool in self.tools.items()}
 
 
 def openai_history(

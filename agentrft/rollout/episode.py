@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
@@ -24,29 +22,23 @@ from agentrft.rollout.batching import Sampler
 from agentrft.rollout.context import ChatRenderer, Context
 from agentrft.rollout.turns import (
     EpisodeLog,
-    StopRules,
+    EpisodeSettings,
     assistant_message,
     finish_turn,
     new_trace_id,
 )
 from agentrft.seeds import TURN_STRIDE
-from agentrft.tools import Tool, release_tools
+from agentrft.tools import release_tools
 from agentrft.types import Item, Origin, StopReason, Trajectory
 
 
-@dataclass(frozen=True)
-class RolloutSettings:
-    """Everything an episode needs besides the policy. Picklable."""
+@dataclass(frozen=True, kw_only=True)
+class RolloutSettings(EpisodeSettings):
+    """Everything a token-level episode needs besides its sampler. Picklable."""
 
     renderer: ChatRenderer
-    tools: Mapping[str, Tool]
-    max_tokens_per_turn: int = 256
-    max_tokens_per_episode: int = 1024
     context_window: int = 2048
-    max_episode_steps: int | None = None  # replies per rollout
-    max_tool_calls: int | None = None  # a rollout stops once it asks for more than this
     prefills: tuple[str, ...] = ()  # fixed start of reply 0, 1, ... (inserted, not sampled)
-    prefill_all_turns: bool = False  # repeat prefills[0] on every reply
 
     def prefill_for(self, turn: int, item: Item) -> str | None:
         """The text reply `turn` starts with; a row's own `prefill` replaces the first."""
@@ -55,14 +47,6 @@ class RolloutSettings:
         if self.prefill_all_turns:
             return self.prefills[0] if self.prefills else None
         return self.prefills[turn] if turn < len(self.prefills) else None
-
-    @property
-    def schemas(self) -> dict[str, Any]:
-        return {name: tool.spec.parameters for name, tool in self.tools.items()}
-
-    @property
-    def rules(self) -> StopRules:
-        return StopRules(self.max_episode_steps, self.max_tool_calls)
 
 
 async def run_episode(

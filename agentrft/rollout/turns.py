@@ -68,6 +68,29 @@ class StopRules:
     max_tool_calls: int | None = None  # a rollout stops once it asks for more than this
 
 
+@dataclass(frozen=True, kw_only=True)
+class EpisodeSettings:
+    """What every episode driver needs besides its model: the tools and the limits. The
+    token-level driver's `RolloutSettings` and the chat driver's `ChatRolloutSettings` add
+    their own fields to these (`agentrft.runtime.episode_fields` fills them from a job).
+    Picklable."""
+
+    tools: Mapping[str, Tool]
+    max_tokens_per_turn: int = 256
+    max_tokens_per_episode: int = 1024  # sampled tokens over all turns
+    max_episode_steps: int | None = None  # replies per rollout
+    max_tool_calls: int | None = None  # a rollout stops once it asks for more than this
+    prefill_all_turns: bool = False  # repeat the first prefill on every reply
+
+    @property
+    def schemas(self) -> dict[str, Any]:
+        return {name: tool.spec.parameters for name, tool in self.tools.items()}
+
+    @property
+    def rules(self) -> StopRules:
+        return StopRules(self.max_episode_steps, self.max_tool_calls)
+
+
 @dataclass
 class EpisodeLog:
     """The growing record of one rollout, shared by the drivers."""

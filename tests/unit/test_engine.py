@@ -66,7 +66,9 @@ def test_replies_become_completions_with_the_stop_kind():
     [
         {},
         {"choices": []},
-        {"choices": [{"text": "hi", "finish_reason": "stop"}]},  # no token_ids: not agentrft's request
+        {
+            "choices": [{"text": "hi", "finish_reason": "stop"}]
+        },  # no token_ids: not agentrft's request
         {"choices": [{"token_ids": [1, 2], "logprobs": {"token_logprobs": [-1.0]}}]},
     ],
 )

@@ -106,7 +106,7 @@ def rollout(
 ):
     specs = [ToolSpec(**s) for s in env.tool_specs(server, headers=headers)]
     tools = build_tools(specs, timeout_s=timeout_s, retries=retries, backoff_s=0.01)
-    rs = RolloutSettings(ChatRenderer(tokenizer, specs), tools, **settings)
+    rs = RolloutSettings(renderer=ChatRenderer(tokenizer, specs), tools=tools, **settings)
     items = [
         Item(
             i,
@@ -253,7 +253,7 @@ def test_python_tools_share_the_semantics(tokenizer):
         ToolSpec(name="fragile", function="tests.unit.pytools:fragile"),
     ]
     tools = build_tools(specs, timeout_s=5, retries=3, backoff_s=0.01)
-    rs = RolloutSettings(ChatRenderer(tokenizer, specs), tools)
+    rs = RolloutSettings(renderer=ChatRenderer(tokenizer, specs), tools=tools)
     from tests.conftest import ScriptedPolicy
     from tests.unit import pytools
 

@@ -84,7 +84,9 @@ class KeyedPolicy(ScriptedPolicy):
 
 def test_an_episode_keys_every_turn_with_its_trace_id_and_releases_it(tokenizer: Any) -> None:
     renderer = ChatRenderer(tokenizer, SPECS, system_prompt="You add numbers.")
-    settings = RolloutSettings(renderer, build_tools(SPECS, timeout_s=5, retries=0, backoff_s=0))
+    settings = RolloutSettings(
+        renderer=renderer, tools=build_tools(SPECS, timeout_s=5, retries=0, backoff_s=0)
+    )
     policy = KeyedPolicy(tokenizer, [call(2, 3), call(5, 4), "The answer is 9."])
     sampler = BatchedSampler(policy, SamplingParams(max_tokens=200))
     assert sampler.kv_cache is not None

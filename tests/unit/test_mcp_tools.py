@@ -72,7 +72,9 @@ def listed(servers, retries=3, timeout_s=5.0):
 def rollout(tools, tokenizer, replies, n=1, rows=1):
     from tests.conftest import ScriptedPolicy
 
-    rs = RolloutSettings(ChatRenderer(tokenizer, [t.spec for t in tools.values()]), tools)
+    rs = RolloutSettings(
+        renderer=ChatRenderer(tokenizer, [t.spec for t in tools.values()]), tools=tools
+    )
     items = [
         Item(i, ({"role": "user", "content": f"task {i}"},), {"row": i}, f"t:{i}")
         for i in range(rows)

@@ -36,7 +36,9 @@ def run(tokenizer, replies, n=1, sampling_max=200, few_shot=(), **settings):
         tokenizer, SPECS, system_prompt="You add numbers.", few_shot_messages=few_shot
     )
     rs = RolloutSettings(
-        renderer, build_tools(SPECS, timeout_s=5, retries=0, backoff_s=0), **settings
+        renderer=renderer,
+        tools=build_tools(SPECS, timeout_s=5, retries=0, backoff_s=0),
+        **settings,
     )
     policy = ScriptedPolicy(
         tokenizer, replies, fewshot_turns=sum(m["role"] == "assistant" for m in few_shot)
