@@ -121,6 +121,7 @@ class VLLMEngine:
     adapter: str = "base"
     # in adapter names, so that runs sharing servers never collide: step-3-1a2b3c
     run_tag: str = field(default_factory=lambda: secrets.token_hex(3))
+    log: Path | None = None  # the server's log, when agentrft started it
 
     def sampler(self, params: SamplingParams, max_batch: int, kv_cache_mb: int) -> Sampler:
         from agentrft.engine.vllm_client import VLLMSampler
@@ -132,6 +133,7 @@ class VLLMEngine:
             adapter=self.adapter,
             max_concurrency=self.max_concurrency,
             send_seeds=self.send_seeds,
+            log=self.log,
         )
 
     def use_adapter(self, name: str, path: Path, unload: Sequence[str] = ()) -> None:
@@ -182,7 +184,7 @@ def open_engine(
     # user-run one only on CUDA, unless agentrft.vllm.seeds says (see engine.vllm_client)
     seeds = spec.seeds if spec.seeds is not None else (not spec.urls or _cuda_here(ext.device))
     with contextlib.ExitStack() as stack:
-        urls = list(spec.urls)
+        urls, log = list(spec.urls), None
         if not urls:
             if model_dir is None:
                 raise ConfigError("the vLLM engine needs a local model directory to serve")
@@ -201,13 +203,15 @@ def open_engine(
                 kv_cache_gb=spec.kv_cache_gb,
                 extra_args=tuple(spec.extra_args),
             )
-            urls = [stack.enter_context(vllm_server(server, run_dir / "engine.log"))]
+            log = run_dir / "engine.log"
+            urls = [stack.enter_context(vllm_server(server, log))]
         yield VLLMEngine(
             urls,
             sorted(policy.stop_token_ids),
             run_dir / "engine-adapters",
             max_concurrency=spec.max_concurrency,
             send_seeds=seeds,
+            log=log,
         )
 
 

@@ -36,6 +36,7 @@ import time
 import zlib
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -50,7 +51,7 @@ RETRIES = 3
 class EngineStats:
     requests: int = 0
     sampled_tokens: int = 0
-    busy_s: float = 0.0
+    request_s: float = 0.0  # summed over requests (they overlap)
     wrong_adapter: int = 0  # replies whose `model` was not the adapter asked for
     seeded: int = 0
 
@@ -129,6 +130,7 @@ class VLLMSampler:
         max_concurrency: int = 64,
         send_seeds: bool = False,
         timeout_s: float = 600.0,
+        log: Path | None = None,
     ) -> None:
         if not urls:
             raise ConfigError("the vLLM engine needs at least one server URL")
@@ -138,6 +140,7 @@ class VLLMSampler:
         self.adapter = adapter
         self.send_seeds = send_seeds
         self.timeout_s = timeout_s
+        self.log = log  # the server's log, when agentrft started it: quoted when it fails
         self.stats = EngineStats()
         self._gate = asyncio.Semaphore(max_concurrency)
         self._client: httpx.AsyncClient | None = None
@@ -167,7 +170,7 @@ class VLLMSampler:
         async with self._gate:
             t0 = time.perf_counter()
             reply = await self._post(url, body)
-            self.stats.busy_s += time.perf_counter() - t0
+            self.stats.request_s += time.perf_counter() - t0
         completion, used = parse_completion(reply, url)
         self.stats.requests += 1
         self.stats.seeded += send is not None
@@ -199,7 +202,17 @@ class VLLMSampler:
                     last = f"HTTP {r.status_code}: {r.text[:300]}"
             if attempt < RETRIES:
                 await asyncio.sleep(0.5 * 2**attempt)
-        raise EngineUnavailable(f"{url}: the engine failed {RETRIES + 1} times; last: {last}")
+        raise EngineUnavailable(
+            f"{url}: the engine failed {RETRIES + 1} times; last: {last}{self._log_tail()}"
+        )
+
+    def _log_tail(self) -> str:
+        """The server log's last error, when agentrft started the server."""
+        if self.log is None or not self.log.is_file():
+            return ""
+        lines = self.log.read_text(errors="replace").splitlines()
+        errors = [ln for ln in lines if "Error" in ln or "ERROR" in ln]
+        return f"\nthe engine's log ({self.log}) ends with:\n" + "\n".join((errors or lines)[-8:])
 
     def release(self, key: Hashable) -> None:
         """Nothing to free here: the server's prefix cache evicts on its own."""
@@ -210,7 +223,7 @@ class VLLMSampler:
             "engine/requests": float(self.stats.requests),
             "engine/wrong_adapter": float(self.stats.wrong_adapter),
             "engine/seeded_requests": float(self.stats.seeded),
-            "engine/busy_s": self.stats.busy_s,
+            "engine/request_s": self.stats.request_s,
         }
 
     async def aclose(self) -> None:

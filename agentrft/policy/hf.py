@@ -124,7 +124,10 @@ class HFPolicy:
         device: str = "auto",
         dtype: str = "auto",
         for_training: bool = False,
+        sampling_copy: bool = True,
     ) -> HFPolicy:
+        """`for_training`: fp32 master weights, sampled through a copy in the sampling dtype
+        (`sampling_copy`; off when another engine samples, so the weights are held once)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path: Path = resolve_model(name_or_path)
@@ -136,6 +139,8 @@ class HFPolicy:
         if not for_training:
             return cls.for_inference(model, tokenizer, dtype=dtype, name=name_or_path)
         precision = resolve_dtype(dtype, next(model.parameters()).device.type)
+        if not sampling_copy:
+            return cls(model, tokenizer, name=name_or_path, precision=precision)
         sampler = (
             copy.deepcopy(model)
             .to(torch.bfloat16 if precision.dtype == "bf16" else torch.float32)

