@@ -1,8 +1,8 @@
 """Models other than the 135M Llama: tiny random-weight Qwen3 and Gemma3 causal LMs, built
 from configs with the bundled tokenizer, as a job's `model` (a local Hugging Face
 directory). Each samples and trains through the local engine (plain transformers: the
-hand-written decode step is Llama's only), with the engine check's gap at 0 in fp32; the
-Qwen3 one also through a real vLLM server."""
+hand-written decode step is Llama's only), with the engine check's gap at 0 in fp32, and
+through a real vLLM server."""
 
 from __future__ import annotations
 
@@ -77,9 +77,10 @@ def test_a_tiny_model_of_another_architecture_trains_on_the_local_engine(kind, t
     assert (run / "final" / "merged" / "config.json").is_file()
 
 
-def test_a_tiny_qwen3_trains_through_vllm(tokenizer, tmp_path):
+@pytest.mark.parametrize("kind", ["qwen3", "gemma3"])
+def test_a_tiny_model_of_another_architecture_trains_through_vllm(kind, tokenizer, tmp_path):
     skip_without("vllm")
-    model = tiny("qwen3", tokenizer, tmp_path / "qwen3")
+    model = tiny(kind, tokenizer, tmp_path / kind)
     run = tmp_path / "run"
     train(load_job(job_for(tmp_path, model, engine="vllm", dtype="fp32")), run)
     (step,) = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
