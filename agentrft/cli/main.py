@@ -127,6 +127,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
         max_body_bytes=int(args.max_body_mb * (1 << 20)),
         max_queued_tokens=args.max_queued_tokens,
         drain_s=args.drain_seconds,
+        request_log=args.request_log,
     )
     return 0
 
@@ -206,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="after SIGTERM, how long in-flight requests may finish before they are cancelled",
+    )
+    sv.add_argument(
+        "--request-log",
+        default=None,
+        metavar="FILE",
+        help="append every served request to this JSONL file, secrets redacted (off by default; `agentrft doctor JOB --traffic FILE` compares it with the training rows)",
     )
     sv.set_defaults(func=cmd_serve_model)
 
