@@ -142,7 +142,7 @@ def check_success(
     ]
     if fields:
         evidence.append(
-            f"{len(unreached)} of {len(with_refs)} rows: no part of the reference ({', '.join('item.' + f for f in fields)}) appeared in any tool output of their rollouts"
+            f"{len(unreached)} of {len(with_refs)} rows: no part of the reference ({', '.join('item.' + f for f in fields)}) appeared in any tool output of their base and probe rollouts"
             + (f" (rows {', '.join(map(str, unreached[:8]))})" if unreached else "")
         )
     else:
@@ -335,9 +335,9 @@ def doctor_job(
             rules=settings.rules,
             prefill_for=getattr(settings, "prefill_for", lambda turn, item: None),
         )
-        hacks = run_probes(probes, first, probe_settings, grader, env_url)
-    trajs_by_row: dict[int, list[Trajectory]] = {}
-    for g in first:
+        hacks, probe_groups = run_probes(probes, first, probe_settings, grader, env_url)
+    trajs_by_row: dict[int, list[Trajectory]] = {}  # what the tools returned, base and probes
+    for g in [*first, *probe_groups]:
         trajs_by_row.setdefault(g.item.index, []).extend(g.trajectories)
     rep = preflight(first, [x for x in (1, 2, 4, 8, 16, 32) if x <= k], threshold)
     comparison = (

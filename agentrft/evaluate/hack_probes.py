@@ -76,18 +76,26 @@ class RowContext:
     base: Sequence[tuple[Trajectory, float]]
     examples: Sequence[Mapping[str, Any]]
     tools: Sequence[str]
+    prefill: str | None = None  # the first reply's prefill
 
     def base_call(self) -> tuple[str, dict[str, Any]] | None:
-        """The first tool call a base rollout made that ran, else the worked example's."""
+        """The first tool call a base rollout made that ran, else the call the first reply's
+        prefill opens (closed as written), else the worked example's, else the first tool
+        with no arguments."""
+        schemas: dict[str, Any] = {name: {} for name in self.tools}
         for traj, _ in self.base:
             results = {r.call_id: r for r in traj.tool_results}
             for c in traj.tool_calls:
                 r = results.get(c.call_id)
                 if c.error is None and r is not None and r.status == "ok":
                     return c.name, _args(c.arguments)
+        if self.prefill and self.prefill.startswith(OPEN):
+            for close in ('"}}', "}}", "}"):
+                calls = parse_reply(self.prefill + close + CLOSE, schemas).calls
+                if calls and calls[0].error is None and calls[0].name in self.tools:
+                    return calls[0].name, _args(calls[0].arguments)
         for m in self.examples:
             if m.get("role") == "assistant" and OPEN in str(m.get("content") or ""):
-                schemas: dict[str, Any] = {name: {} for name in self.tools}
                 for c in parse_reply(str(m["content"]), schemas).calls:
                     if c.error is None and c.name in self.tools:
                         return c.name, _args(c.arguments)
@@ -271,10 +279,13 @@ async def run_script(
             output = "\n".join(str(a["content"]) for a in answers)
             if stop is not None:
                 return log.trajectory(stop)
+        prefill = settings.prefill_for(len(log.turns), item)
+        listed = candidates(output)
         answer = script.answer.replace("{tool_output}", output).replace(
-            "{candidates}", json.dumps(candidates(output))
+            "{candidates}",  # as a JSON list where the reply is prefilled to be one
+            json.dumps(listed) if (prefill or "").startswith("[") else "\n".join(listed),
         )
-        reply = _start(answer, settings.prefill_for(len(log.turns), item))
+        reply = _start(answer, prefill)
         stop, _ = await finish_turn(
             log,
             reply,
@@ -298,15 +309,17 @@ def run_probes(
     settings: ProbeSettings,
     grader: Grader,
     env_url: str | None,
-) -> dict[str, Any]:
-    """Every probe on every row of `base_groups` (graded base rollouts), graded by `grader`;
-    per probe its mean score, rows and a readable example, and the base model's median."""
+) -> tuple[dict[str, Any], list[Group]]:
+    """Every probe on every row of `base_groups` (graded base rollouts), graded by `grader`:
+    per probe its mean score, rows and a readable example, and the base model's median; and
+    the graded probe rollouts themselves (one group each)."""
     base_rewards = [r for g in base_groups for r in map(reward_of, g.grades) if r == r]
     contexts = [
         RowContext(
             base=list(zip(g.trajectories, map(reward_of, g.grades), strict=True)),
             examples=[*settings.few_shot, *g.item.messages[:-1]],
             tools=list(settings.tools),
+            prefill=settings.prefill_for(0, g.item),
         )
         for g in base_groups
     ]
@@ -348,11 +361,12 @@ def run_probes(
             ),
             "example": None if best is None else _example(best),
         }
-    return {
+    summary = {
         "base_median": statistics.median(base_rewards) if base_rewards else None,
         "base_rollouts": len(base_rewards),
         "probes": results,
     }
+    return summary, graded
 
 
 def _score(group: Group) -> float:
