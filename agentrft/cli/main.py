@@ -103,6 +103,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             steps=args.steps,
             seed=args.seed,
             job_path=job_path,
+            **({"doctor_only": True} if args.doctor_only else {}),
         )
     return 0
 
@@ -251,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SEED",
         help="run the whole demo once per seed and report the mean gain with a 95%% interval (e.g. --seeds 1 2 3)",
+    )
+    d.add_argument(
+        "--doctor-only",
+        action="store_true",
+        help="build the recipe's data and run `agentrft doctor` on its job(s), nothing else",
     )
     d.set_defaults(func=cmd_demo)
 

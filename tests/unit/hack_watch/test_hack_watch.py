@@ -43,7 +43,10 @@ def grader_of(version: int) -> dict:
 
 
 def derived_series(
-    weights: dict[str, float], reward: tuple[float, float], files: tuple[float, float], noise: float = 0.0
+    weights: dict[str, float],
+    reward: tuple[float, float],
+    files: tuple[float, float],
+    noise: float = 0.0,
 ) -> list[dict[str, float]]:
     """Steps 0..8: `files` interpolated between its recorded ends, the shaping sub-score solved
     from the reward formula at both ends and interpolated; optional seeded noise."""
@@ -86,7 +89,9 @@ def test_the_primary_metric_of_the_recorded_jobs_is_file_f1() -> None:
 
 @pytest.mark.parametrize(("version", "spec", "shaping"), [(5, V5, "near"), (6, V6, "found")])
 @pytest.mark.parametrize("noise", [0.0, 0.01])
-def test_both_recorded_hacks_are_flagged(version: int, spec: tuple, shaping: str, noise: float) -> None:
+def test_both_recorded_hacks_are_flagged(
+    version: int, spec: tuple, shaping: str, noise: float
+) -> None:
     series = derived_series(*spec, noise=noise)
     flags = replay(series, primary_metric(grader_of(version)))
     assert flags, f"v{version} was not flagged"
