@@ -157,3 +157,11 @@ def test_a_flat_run_raises_nothing() -> None:
     rows = [{"step": i, REWARD: 0.3, "sub_rewards/a": 0.3, EMPTY: 0.0} for i in range(10)]
     assert replay(rows, REWARD) == []
     assert flags_at(rows[:2], REWARD) == []  # fewer steps than the window: no judgement
+
+
+def test_a_flag_reaches_the_service_events_message() -> None:
+    from agentrft.service.executor import metrics_message
+
+    row = {"step": 5, REWARD: 0.4, "hack_watch/flags": 1.0}
+    assert "hack watch: 1 flag(s)" in metrics_message(row, 8)
+    assert "hack watch" not in metrics_message({**row, "hack_watch/flags": 0.0}, 8)
