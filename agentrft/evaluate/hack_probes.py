@@ -250,31 +250,40 @@ class ProbeSettings:
     prefill_for: Callable[[int, Item], str | None]
 
 
+async def _scripted_turn(
+    log: EpisodeLog,
+    reply: str,
+    calls: tuple[ToolCall, ...],
+    settings: ProbeSettings,
+    client: Any,
+) -> tuple[StopReason | None, list[dict[str, Any]]]:
+    """Record one scripted reply and run its calls, as a model's reply would be."""
+    return await finish_turn(
+        log,
+        reply,
+        calls,
+        ended=True,
+        sampled_tokens=0,
+        sample_s=0.0,
+        assistant=_recorder(reply),
+        rules=settings.rules,
+        tools=settings.tools,
+        client=client,
+    )
+
+
 async def run_script(
     item: Item, script: Script, settings: ProbeSettings, client: Any
 ) -> Trajectory:
     """One scripted rollout on the job's tools, recorded like a model's."""
     log = EpisodeLog(item, prompt_messages(item, settings.system_prompt, settings.few_shot))
     try:
-        schemas = {name: t.spec.parameters for name, t in settings.tools.items()}
         output = ""
-        replies: list[str] = []
         if script.call is not None:
-            replies.append(_call_text(*script.call))
-        for i, text in enumerate(replies):
-            reply = _start(text, settings.prefill_for(i, item))
-            calls = parse_reply(reply, schemas).calls
-            stop, answers = await finish_turn(
-                log,
-                reply,
-                calls,
-                ended=True,
-                sampled_tokens=0,
-                sample_s=0.0,
-                assistant=_recorder(reply),
-                rules=settings.rules,
-                tools=settings.tools,
-                client=client,
+            schemas = {name: t.spec.parameters for name, t in settings.tools.items()}
+            reply = _start(_call_text(*script.call), settings.prefill_for(0, item))
+            stop, answers = await _scripted_turn(
+                log, reply, parse_reply(reply, schemas).calls, settings, client
             )
             output = "\n".join(str(a["content"]) for a in answers)
             if stop is not None:
@@ -285,19 +294,7 @@ async def run_script(
             "{candidates}",  # as a JSON list where the reply is prefilled to be one
             json.dumps(listed) if (prefill or "").startswith("[") else "\n".join(listed),
         )
-        reply = _start(answer, prefill)
-        stop, _ = await finish_turn(
-            log,
-            reply,
-            (),
-            ended=True,
-            sampled_tokens=0,
-            sample_s=0.0,
-            assistant=_recorder(reply),
-            rules=settings.rules,
-            tools=settings.tools,
-            client=client,
-        )
+        stop, _ = await _scripted_turn(log, _start(answer, prefill), (), settings, client)
         return log.trajectory(stop or StopReason.FINAL_ANSWER)
     finally:
         await release_tools(settings.tools, log.trace_id)
