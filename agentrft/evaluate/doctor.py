@@ -354,7 +354,7 @@ def doctor_job(
         check_hackability(hacks),
     ]
     report = {
-        "job": str(job.source),
+        "job": _shown(str(job.source)),
         "rows": len(items),
         "k": k,
         "wall_s": time.perf_counter() - t0,
@@ -365,6 +365,15 @@ def doctor_job(
     (out / "doctor.json").write_text(json.dumps(finite(report), indent=2, default=str))
     write_jsonl(out / "rollouts.jsonl", graded_records(first))
     return report
+
+
+def _shown(path: str) -> str:
+    """A job path as the report shows it: relative to the working directory when under it."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd())) if p.is_absolute() else path
+    except ValueError:
+        return path
 
 
 def doctor_table(report: Mapping[str, Any]) -> Any:
