@@ -172,7 +172,8 @@ PROBES: tuple[Probe, ...] = (
 
 class UserProbe(Strict):
     """One JSONL row of a user's probe file. `tool_call`: "base" (call a tool as the base
-    model did on the row), an explicit {"name", "arguments"}, or null (answer straight away)."""
+    model did on the row), an explicit {"name", "arguments"}, or null (answer straight away).
+    `answer` may hold `{tool_output}` and `{candidates}` (see Script)."""
 
     name: str
     answer: str

@@ -11,6 +11,8 @@ Everything it reads is plain data, as written to disk:
   (`records.summarize` output) and `"best_of_k"` ({k: value}).
 - `rollouts`: rollout records to show as conversations; the best and the worst by reward
   come first.
+- `doctor`: a doctor.json (`agentrft doctor`); `run_dir`: the training run whose hack-watch
+  flags (hack_watch.jsonl) and per-step readings (readings/step-N.html) are shown and linked.
 
 Sections whose data is missing say so instead of disappearing. matplotlib is imported only
 when a plot is drawn, and never through pyplot (no global state, no display needed).
