@@ -33,7 +33,10 @@ from agentrft.graders.groups import cleanup_traces
 from agentrft.types import Group, Item, Trajectory
 
 AGREE_EPS = 1e-6
-MODEL_GRADED = ("score_model", "label_model", "fact_recall")  # a judge model decides
+MODEL_GRADED = (
+    "score_model",
+    "label_model",
+)  # a judge model decides (and fact_recall with a judge)
 
 
 class Status(StrEnum):
@@ -62,11 +65,14 @@ def reference_fields(grader_spec: Mapping[str, Any]) -> list[str]:
 
 
 def grader_types(grader_spec: Any) -> set[str]:
-    """Every grader type in a (multi) grader tree."""
+    """Every grader type in a (multi) grader tree; "fact_recall" counts as model-graded
+    (`score_model`) only when it has a judge."""
     found: set[str] = set()
     if isinstance(grader_spec, Mapping):
         if isinstance(grader_spec.get("type"), str):
             found.add(grader_spec["type"])
+            if grader_spec["type"] == "fact_recall" and grader_spec.get("judge"):
+                found.add("score_model")
         for v in grader_spec.values():
             found |= grader_types(v)
     elif isinstance(grader_spec, list):
