@@ -116,3 +116,23 @@ def _has_redactions(data: Any) -> bool:
     if isinstance(data, list):
         return any(_has_redactions(v) for v in data)
     return isinstance(data, str) and REDACTED in data
+
+
+# Secrets as they appear in free text (a chat message, a log line): bearer tokens, keys shaped
+# like `sk-...`, and `name=value` / `name: value` pairs whose name says it is a secret.
+_TEXT_SECRETS = re.compile(
+    r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"
+    r"|\b(sk|pk|rk)-[A-Za-z0-9_-]{8,}"
+    r"|(\b(?:api[_-]?key|access[_-]?token|token|password|passwd|secret)\b[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+"
+)
+
+
+def redact_text(text: str) -> str:
+    """`text` with its URLs redacted (see redact_url) and bearer tokens, `sk-` keys and
+    `api_key=...`-style values replaced by REDACTED."""
+
+    def hide(m: re.Match[str]) -> str:
+        prefix = m.group(1) or m.group(3) or ""
+        return prefix + REDACTED
+
+    return _TEXT_SECRETS.sub(hide, redact_urls(text))

@@ -86,6 +86,37 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from agentrft.console import console
+    from agentrft.data import load_dataset
+    from agentrft.evaluate.doctor import doctor_job, doctor_table
+    from agentrft.evaluate.report import write_report
+    from agentrft.job import load_job
+    from agentrft.rollout.records import new_output_dir
+
+    job = load_job(args.job)
+    items = _items(job, args.data, args.rows, args.split)
+    out = new_output_dir(args.out, "doctor", job.agentrft.output_dir)
+    console.print(
+        f"[bold]agentrft doctor[/] {args.job}: {len(items)} rows x {args.k} base rollouts, the job's tools and grader"
+    )
+    rep = doctor_job(
+        job,
+        items,
+        args.k,
+        out,
+        train_items=load_dataset(job.training_path),
+        traffic=args.traffic,
+        probes_file=args.probes,
+        model=args.model,
+        threshold=args.threshold,
+    )
+    console.print(doctor_table(rep))
+    page = write_report(out / "doctor.html", doctor=rep, title=f"agentrft doctor: {args.job}")
+    console.print(f"wrote {out / 'doctor.json'} and {page}")
+    return 1 if args.strict and any(c["status"] == "fail" for c in rep["checks"]) else 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from agentrft.console import console
     from agentrft.evaluate.report import write_report
@@ -240,6 +271,35 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--out", default=None)
     add_engine_flag(p)
     p.set_defaults(func=cmd_preflight)
+
+    d = sub.add_parser(
+        "doctor",
+        help="before training: is success unambiguous, does the data mirror traffic, does best-of-k rise, can the reward be hacked",
+    )
+    d.add_argument("job")
+    d.add_argument("-k", type=int, default=4, help="base rollouts per row (default 4)")
+    d.add_argument("--rows", type=int, default=6, help="rows checked (default the first 6)")
+    d.add_argument("--split", choices=["train", "validation"], default="train")
+    d.add_argument("--data", default=None, help="a JSONL file of rows to check instead")
+    d.add_argument(
+        "--traffic",
+        default=None,
+        metavar="LOG",
+        help="served requests (a `serve-model --request-log` JSONL file or a folder of them) to compare the training rows with",
+    )
+    d.add_argument(
+        "--probes",
+        default=None,
+        metavar="JSONL",
+        help='your own hack probes, one per line: {"name", "answer", "tool_call": "base" | {"name", "arguments"} | null}',
+    )
+    d.add_argument("--model", default=None, help="base (default) | RUN_DIR | model path")
+    d.add_argument(
+        "--threshold", type=float, default=1.0, help="reward counted as solved (default 1.0)"
+    )
+    d.add_argument("--strict", action="store_true", help="exit 1 when a check fails")
+    d.add_argument("--out", default=None, help="output directory (default runs/doctor-TIMESTAMP)")
+    d.set_defaults(func=cmd_doctor)
 
     c = sub.add_parser("compare", help="two eval results side by side (table + HTML plots)")
     c.add_argument("a", help="eval directory (or results.json): the baseline")

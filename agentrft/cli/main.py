@@ -104,6 +104,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             steps=args.steps,
             seed=args.seed,
             job_path=job_path,
+            **({"doctor_only": True} if args.doctor_only else {}),
         )
     return 0
 
@@ -128,6 +129,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
         max_body_bytes=int(args.max_body_mb * (1 << 20)),
         max_queued_tokens=args.max_queued_tokens,
         drain_s=args.drain_seconds,
+        request_log=args.request_log,
     )
     return 0
 
@@ -209,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="after SIGTERM, how long in-flight requests may finish before they are cancelled",
     )
+    sv.add_argument(
+        "--request-log",
+        default=None,
+        metavar="FILE",
+        help="append every served request to this JSONL file, secrets redacted (off by default; `agentrft doctor JOB --traffic FILE` compares it with the training rows)",
+    )
     sv.set_defaults(func=cmd_serve_model)
 
     t = sub.add_parser("train", help="RL-train the job's model on its tools and grader")
@@ -249,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the whole demo once per seed and report the mean gain with a 95%% interval (e.g. --seeds 1 2 3)",
     )
     add_engine_flag(d)
+    d.add_argument(
+        "--doctor-only",
+        action="store_true",
+        help="build the recipe's data and run `agentrft doctor` on its job(s), nothing else",
+    )
     d.set_defaults(func=cmd_demo)
 
     add_evaluate_commands(sub)

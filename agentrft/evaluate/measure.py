@@ -36,6 +36,89 @@ def _endpoint_model(url: str, name: str | None) -> str:
     return str(listed[0]["id"])
 
 
+def job_grader(job: Any) -> Any:
+    """The job's grader, built with its judge and sandbox settings."""
+    from agentrft.graders import build_grader
+
+    return build_grader(
+        job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits()
+    )
+
+
+def sample_rollouts(
+    job: Any,
+    items: Sequence[Any],
+    k: int,
+    model: str | None,
+    temperature: float | None,
+    env_url: str | None,
+    grader: Any,
+    *,
+    seed: int | None = None,
+    label: str = "rollouts",
+    endpoint_model: str | None = None,
+) -> tuple[list[Any], Any]:
+    """K ungraded rollouts per row with `model` on the job's tools (its environment already
+    started at `env_url`), and the rollout settings they ran with: the job's model (`base`),
+    a run directory or model path, or an OpenAI-compatible endpoint URL. Token-level
+    rollouts go through the job's engine (`agentrft.engine`: local, or a vLLM server)."""
+    from agentrft.console import progress_bar, show_precision
+    from agentrft.runtime import (
+        batched_sampler,
+        chat_settings_from_job,
+        sampling_params,
+        settings_from_job,
+    )
+
+    ext = job.agentrft
+    if model and model.startswith(("http://", "https://")):
+        from agentrft.policy.openai_client import OpenAIChat
+        from agentrft.rollout.chat_episode import run_chat_groups_async
+
+        chat = OpenAIChat(model, _endpoint_model(model, endpoint_model))
+        chat_settings = chat_settings_from_job(job, env_url, grader, temperature)
+        with progress_bar(label, len(items) * k) as advance:
+            groups = asyncio.run(
+                run_chat_groups_async(items, k, chat_settings, chat, on_done=advance)
+            )
+        return groups, chat_settings
+    from agentrft.engine import choose_engine
+    from agentrft.policy.load import load_policy
+    from agentrft.rollout.group import rollout_groups
+
+    if choose_engine(ext.engine, ext.device)[0] == "vllm":
+        import tempfile
+
+        from agentrft.engine import eval_engine
+
+        with (
+            tempfile.TemporaryDirectory(prefix="agentrft-engine-") as work,
+            eval_engine(job, model, Path(work)) as (engine, served),
+        ):
+            settings = settings_from_job(job, served, env_url, grader)
+            params = sampling_params(
+                job, seed=job.seed if seed is None else seed, temperature=temperature
+            )
+            sampler = engine.sampler(params, ext.sampling.max_batch, ext.sampling.kv_cache_mb)
+            with progress_bar(f"{label} (vLLM engine)", len(items) * k) as advance:
+                groups, _ = rollout_groups(items, k, settings, sampler, advance)
+        return groups, settings
+
+    policy = load_policy(
+        job.model if model in (None, "base") else model,
+        base=job.model,
+        device=ext.device,
+        dtype=ext.dtype,
+    )
+    show_precision(policy.precision)
+    settings = settings_from_job(job, policy, env_url, grader)
+    params = sampling_params(job, seed=job.seed if seed is None else seed, temperature=temperature)
+    sampler = batched_sampler(job, policy, params)
+    with progress_bar(label, len(items) * k) as advance:
+        groups, _ = rollout_groups(items, k, settings, sampler, advance)
+    return groups, settings
+
+
 def run_graded(
     job: Any,
     items: Sequence[Any],
@@ -46,70 +129,25 @@ def run_graded(
     label: str = "rollouts",
     endpoint_model: str | None = None,
 ) -> list[Any]:
-    """K graded rollouts per row with `model`: the job's model (`base`), a run directory or
-    model path, or an OpenAI-compatible endpoint URL (evaluated, not trainable). Rollouts
-    come from `rollout/` and grades from `graders/`, as in training."""
-    from agentrft.console import progress_bar, show_precision
-    from agentrft.engine import choose_engine
-    from agentrft.graders import build_grader, grade_rollouts
-    from agentrft.runtime import (
-        batched_sampler,
-        chat_settings_from_job,
-        job_environment,
-        sampling_params,
-        settings_from_job,
-    )
+    """K graded rollouts per row with `model` (see `sample_rollouts`). Rollouts come from
+    `rollout/` and grades from `graders/`, as in training."""
+    from agentrft.graders import grade_rollouts
+    from agentrft.runtime import job_environment
 
-    grader = build_grader(
-        job.rl.grader, judge=job.agentrft.judge, python_limits=job.agentrft.sandbox.limits()
-    )
-    ext = job.agentrft
+    grader = job_grader(job)
     with job_environment(job) as env_url:
-        if model and model.startswith(("http://", "https://")):
-            from agentrft.policy.openai_client import OpenAIChat
-            from agentrft.rollout.chat_episode import run_chat_groups_async
-
-            chat = OpenAIChat(model, _endpoint_model(model, endpoint_model))
-            chat_settings = chat_settings_from_job(job, env_url, grader, temperature)
-            with progress_bar(label, len(items) * k) as advance:
-                groups = asyncio.run(
-                    run_chat_groups_async(items, k, chat_settings, chat, on_done=advance)
-                )
-        elif choose_engine(ext.engine, ext.device)[0] == "vllm":
-            import tempfile
-
-            from agentrft.engine import eval_engine
-            from agentrft.rollout.group import rollout_groups
-
-            with (
-                tempfile.TemporaryDirectory(prefix="agentrft-engine-") as work,
-                eval_engine(job, model, Path(work)) as (engine, served),
-            ):
-                settings = settings_from_job(job, served, env_url, grader)
-                params = sampling_params(
-                    job, seed=job.seed if seed is None else seed, temperature=temperature
-                )
-                sampler = engine.sampler(params, ext.sampling.max_batch, ext.sampling.kv_cache_mb)
-                with progress_bar(f"{label} (vLLM engine)", len(items) * k) as advance:
-                    groups, _ = rollout_groups(items, k, settings, sampler, advance)
-        else:
-            from agentrft.policy.load import load_policy
-            from agentrft.rollout.group import rollout_groups
-
-            policy = load_policy(
-                job.model if model in (None, "base") else model,
-                base=job.model,
-                device=ext.device,
-                dtype=ext.dtype,
-            )
-            show_precision(policy.precision)
-            settings = settings_from_job(job, policy, env_url, grader)
-            params = sampling_params(
-                job, seed=job.seed if seed is None else seed, temperature=temperature
-            )
-            sampler = batched_sampler(job, policy, params)
-            with progress_bar(label, len(items) * k) as advance:
-                groups, _ = rollout_groups(items, k, settings, sampler, advance)
+        groups, _ = sample_rollouts(
+            job,
+            items,
+            k,
+            model,
+            temperature,
+            env_url,
+            grader,
+            seed=seed,
+            label=label,
+            endpoint_model=endpoint_model,
+        )
         graded, _ = grade_rollouts(groups, grader, env_url)
     return graded
 

@@ -11,6 +11,8 @@ Everything it reads is plain data, as written to disk:
   (`records.summarize` output) and `"best_of_k"` ({k: value}).
 - `rollouts`: rollout records to show as conversations; the best and the worst by reward
   come first.
+- `doctor`: a doctor.json (`agentrft doctor`); `run_dir`: the training run whose hack-watch
+  flags (hack_watch.jsonl) and per-step readings (readings/step-N.html) are shown and linked.
 
 Sections whose data is missing say so instead of disappearing. matplotlib is imported only
 when a plot is drawn, and never through pyplot (no global state, no display needed).
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrft.evaluate.estimators import best_of_k_curve, rewards_by_prompt
+from agentrft.evaluate.report_checks import doctor_html, hack_flags, hack_watch_html, reading_pages
 from agentrft.rollout.records import distribution
 
 Record = Mapping[str, Any]
@@ -332,10 +335,16 @@ def build_report(
     rollouts: Sequence[Record] | None = None,
     title: str = "agentrft report",
     max_trajectories: int = 4,
+    doctor: Mapping[str, Any] | None = None,
+    flags: Sequence[Record] = (),
+    reading_links: Mapping[int, str] | None = None,
 ) -> str:
-    """The whole page as a string (see the module docstring for the inputs)."""
+    """The whole page as a string (see the module docstring for the inputs; `doctor`: a
+    doctor.json, `flags`: hack_watch.jsonl rows, `reading_links`: step -> link to the
+    step's readings page)."""
     counts_before, counts_after = tool_call_counts(before), tool_call_counts(after)
     sections = [
+        ("doctor", "Doctor: the job checked before training", doctor_html(doctor)),
         (
             "reward-curve",
             "Reward during training",
@@ -344,6 +353,11 @@ def build_report(
                 "reward curve",
                 "No training metrics with a reward (metrics.jsonl) were given.",
             ),
+        ),
+        (
+            "hack-watch",
+            "Hack watch",
+            hack_watch_html(metrics or [], flags, reading_links or {}),
         ),
         (
             "tool-calls",
@@ -371,6 +385,11 @@ def build_report(
             or '<p class="missing">No rollouts were given.</p>',
         ),
     ]
+    return page(title, sections)
+
+
+def page(title: str, sections: Sequence[tuple[str, str, str]]) -> str:
+    """A self-contained page of (id, heading, HTML) sections."""
     body = "".join(
         f'<section id="{sid}"><h2>{escape(head)}</h2>{content}</section>'
         for sid, head, content in sections
@@ -378,6 +397,14 @@ def build_report(
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>"
+    )
+
+
+def readings_page(step: int, picks: Sequence[tuple[str, Record]]) -> str:
+    """A training step's rollouts chosen for reading (the hack watch writes one per step)."""
+    return page(
+        f"step {step}: rollouts to read",
+        [(label, f"{label} rollout", trajectory_html(r)) for label, r in picks],
     )
 
 
@@ -390,8 +417,11 @@ def write_report(
     rollouts: Sequence[Record] | None = None,
     title: str = "agentrft report",
     max_trajectories: int = 4,
+    doctor: Mapping[str, Any] | None = None,
+    run_dir: str | Path | None = None,
 ) -> Path:
-    """Write the report page to `out_path` and return it."""
+    """Write the report page to `out_path` and return it. `run_dir`: the training run whose
+    hack-watch flags and readings the page shows (linked relative to the page)."""
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
@@ -402,6 +432,9 @@ def write_report(
             rollouts=rollouts,
             title=title,
             max_trajectories=max_trajectories,
+            doctor=doctor,
+            flags=hack_flags(run_dir),
+            reading_links=reading_pages(run_dir, path.parent),
         ),
         encoding="utf-8",
     )

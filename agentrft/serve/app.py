@@ -57,6 +57,7 @@ from agentrft.serve.protocol import (
     tool_use,
     usage_body,
 )
+from agentrft.serve.request_log import RequestLog
 from agentrft.serve.stream_text import ReplyText
 from agentrft.types import Item
 
@@ -372,9 +373,11 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     continuous: bool | None = None,
     max_queued_tokens: int = MAX_QUEUED_TOKENS,
+    request_log: RequestLog | None = None,
 ) -> FastAPI:
     """The FastAPI app. `model_name` is the one id requests must name (`GET /v1/models`);
-    `continuous`: see ChatService. Its shutdown fails whatever is still decoding."""
+    `continuous`: see ChatService; `request_log`: where each served request is logged
+    (opt-in, redacted). Its shutdown fails whatever is still decoding."""
     service = ChatService(
         policy,
         model_name,
@@ -388,6 +391,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await asyncio.to_thread(service.close)
+        if request_log is not None:
+            request_log.close()
 
     app = FastAPI(title="agentrft serve-model", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.service = service
@@ -418,7 +423,13 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         req = await asyncio.to_thread(parse_body, await read_body(request, max_body_bytes))
-        return await unless_disconnected(request, chat_response(service, req))
+        reply = await unless_disconnected(request, chat_response(service, req))
+        if request_log is not None:
+            body = reply if isinstance(reply, dict) else None
+            await asyncio.to_thread(
+                request_log.write, req.model, req.messages, req.tools, req.stream, body
+            )
+        return reply
 
     return app
 
@@ -445,9 +456,12 @@ def serve_model(
     max_body_bytes: int = MAX_BODY_BYTES,
     max_queued_tokens: int = MAX_QUEUED_TOKENS,
     drain_s: float = DRAIN_S,
+    request_log: str | None = None,
 ) -> None:
     """Load `ref` (see `agentrft.policy.load`) and serve it until interrupted. On SIGTERM or
-    Ctrl-C, in-flight requests get `drain_s` seconds to finish, then are cancelled."""
+    Ctrl-C, in-flight requests get `drain_s` seconds to finish, then are cancelled.
+    `request_log`: a JSONL file each request is appended to, redacted (`agentrft doctor
+    --traffic` reads it)."""
     import uvicorn
 
     from agentrft.policy.load import load_policy
@@ -461,6 +475,7 @@ def serve_model(
         default_max_tokens=default_max_tokens,
         max_body_bytes=max_body_bytes,
         max_queued_tokens=max_queued_tokens,
+        request_log=None if request_log is None else RequestLog(request_log),
     )
     print(
         f"serving {model_name!r} ({ref}) on http://{host}:{port}/v1  (OpenAI-compatible chat completions)",

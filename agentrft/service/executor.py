@@ -118,6 +118,10 @@ def metrics_message(row: dict[str, Any], total_steps: int | None) -> str:
         parts.append(f"eval reward={row['eval/reward/mean']:.4f}")
     if "rollouts/tool_calls/mean" in row:
         parts.append(f"tool calls/rollout={row['rollouts/tool_calls/mean']:.2f}")
+    if row.get("hack_watch/flags"):
+        parts.append(
+            f"hack watch: {int(row['hack_watch/flags'])} flag(s), read this step's rollouts"
+        )
     return ", ".join(parts)
 
 
@@ -343,6 +347,7 @@ class LocalExecutor:
             self.store.add_event(
                 job_id,
                 metrics_message(row, total),
+                level="warn" if row.get("hack_watch/flags") else "info",
                 kind="metrics",
                 data=row,
                 event_id=f"ftevent-{job_id.removeprefix('ftjob-')}-step-{row.get('step', 0)}",

@@ -5,8 +5,9 @@ A recipe is a folder of the agentrft checkout holding a `demo.py` with the same 
 interface:
 
     run(out: Path, steps: int | None = None, seed: int | None = None, job_path: Path | None = None) -> dict
-        the use case end to end: data, baseline, pre-flight, train, compare, report; returns
-        the summary it also writes to out/summary.json
+        the use case end to end: data, doctor, baseline, pre-flight, train, compare, report;
+        returns the summary it also writes to out/summary.json (`doctor_only=True`: data and
+        the doctor only)
     run_seeds(out: Path, seeds: list[int], steps=None, job_path=None) -> dict   (optional)
         `run` once per seed, and the gain over all of them with a 95% interval
 
@@ -14,7 +15,8 @@ beside its environment, job and README. Recipes are found on disk, not registere
 folder with a demo.py is a new recipe. Most recipes only describe themselves, as
 `RECIPE = Recipe(...)` (its data, its measure, its headline numbers); `load` then gives them
 the shared `run` and `run_seeds` below, which walk the user's path the same way for all:
-data -> baseline -> pre-flight -> train -> evaluation of the trained model -> compare + report.
+data -> doctor -> baseline -> pre-flight -> train -> evaluation of the trained model -> compare +
+report.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 from agentrft.console import console, show_messages, summary_table
 from agentrft.data import load_dataset
 from agentrft.errors import ConfigError
+from agentrft.evaluate.doctor import doctor_job, doctor_table
 from agentrft.evaluate.estimators import paired_difference
 from agentrft.evaluate.measure import evaluate_model, preflight_job, print_compare, print_preflight
 from agentrft.evaluate.preflight import Verdict
@@ -106,6 +109,7 @@ class Recipe:
     eval_samples: int = 2  # rollouts per held-out row, before and after
     preflight_rows: int = 6
     preflight_k: int = 8
+    doctor_k: int = 4  # base rollouts per row the doctor samples (on the pre-flight's rows)
     # the training rows the pre-flight samples, given them all and preflight_rows (default: the first)
     select_preflight: Callable[[list[Any], int], list[Any]] = lambda items, n: items[:n]
     seed_columns: tuple[str, ...] = ()  # headline keys shown per seed beside the measure
@@ -186,12 +190,26 @@ class Measured:
     out: Path
     before: dict[str, Any]
     preflight: dict[str, Any]
+    doctor: dict[str, Any]
+
+
+def run_doctor(
+    recipe: Recipe, job: Job, train_items: list[Any], out: Path, label: str
+) -> dict[str, Any]:
+    """The doctor's four checks on the pre-flight's training rows; prints its table."""
+    rows = recipe.select_preflight(train_items, recipe.preflight_rows)
+    console.rule(f"{label}doctor: {len(rows)} training {recipe.rows} x {recipe.doctor_k}")
+    rep = doctor_job(job, rows, recipe.doctor_k, out / "doctor", train_items=train_items)
+    console.print(doctor_table(rep))
+    return rep
 
 
 def measure(recipe: Recipe, job: Job, data: Path, out: Path, label: str) -> Measured:
-    """Baseline on the held-out rows, then the pre-flight on training rows, for one variant."""
+    """The doctor, the baseline on the held-out rows, then the pre-flight on training rows,
+    for one variant."""
     train_items = load_dataset(data / "train.jsonl")
     val_items = recipe.select_val(load_dataset(data / "val.jsonl"))
+    doctor = run_doctor(recipe, job, train_items, out, label)
     n, k, rows = recipe.eval_samples, recipe.preflight_k, recipe.preflight_rows
     console.rule(
         f"{label}baseline: the base model on {len(val_items)} held-out {recipe.rows} x {n}"
@@ -201,7 +219,7 @@ def measure(recipe: Recipe, job: Job, data: Path, out: Path, label: str) -> Meas
     console.rule(f"{label}pre-flight: {rows} training {recipe.rows} x {k}")
     rep = preflight_job(job, recipe.select_preflight(train_items, rows), k, out / "preflight")
     print_preflight(rep)
-    return Measured(job, train_items, val_items, out, before, rep)
+    return Measured(job, train_items, val_items, out, before, rep, doctor)
 
 
 def train_and_compare(recipe: Recipe, m: Measured, label: str) -> dict[str, Any]:
@@ -231,6 +249,8 @@ def train_and_compare(recipe: Recipe, m: Measured, label: str) -> dict[str, Any]
         after={"summary": after, "rollouts": trained_records},
         rollouts=trained_records,
         title=f"agentrft demo: {recipe.title}",
+        doctor=m.doctor,
+        run_dir=run_dir,
     )
     show_best_rollout(recipe, trained_records, f"trained model, held-out {recipe.rows[:-1]}")
     width = max(map(len, a)) + 2
@@ -251,10 +271,12 @@ def run(
     steps: int | None = None,
     seed: int | None = None,
     job_path: Path | None = None,
+    doctor_only: bool = False,
 ) -> dict[str, Any]:
     """The recipe end to end in `out`; returns the summary it also writes to out/summary.json.
     `job_path` replaces the first variant's job. A recipe with one variant writes its stages
-    straight into `out`; with several, each into out/NAME."""
+    straight into `out`; with several, each into out/NAME. `doctor_only`: build the data and
+    run the doctor on every variant's job, nothing else."""
     t0 = time.perf_counter()
     out = out.resolve()  # the job resolves relative paths against its own folder, not the caller's
     out.mkdir(parents=True, exist_ok=True)
@@ -278,6 +300,12 @@ def run(
         vout = out / variant.name if several else out
         job_file = job_path.resolve() if job_path and i == 0 else recipe.folder / variant.job
         job = make_job(recipe.folder, out / variant.data, vout, steps, seed, job_file)
+        if doctor_only:
+            rep = run_doctor(
+                recipe, job, load_dataset(out / variant.data / "train.jsonl"), vout, label
+            )
+            summary["variants"][variant.name] = {"job": str(job.source), "doctor": _verdicts(rep)}
+            continue
         m = measure(recipe, job, out / variant.data, vout, label)
         verdict = Verdict(m.preflight["verdict"])
         summary["variants"][variant.name] = {
@@ -290,6 +318,7 @@ def run(
                 m.preflight["eval"], read_jsonl(vout / "preflight/rollouts.jsonl"), job
             ),
             "signal": verdict.worth_training,
+            "doctor": _verdicts(m.doctor),
         }
         lead = lead or m
         if not variant.train:
@@ -301,6 +330,9 @@ def run(
             continue
         summary |= train_and_compare(recipe, m, label) | {"trained": variant.name}
         lead = m
+    if doctor_only:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        return summary
     assert lead is not None
     summary |= {
         "job": str(lead.job.source),
@@ -315,6 +347,10 @@ def run(
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     console.print(f"\nall outputs: {out}   ({wall_s / 60:.1f} min)")
     return summary
+
+
+def _verdicts(doctor: dict[str, Any]) -> dict[str, str]:
+    return {c["rule"]: c["status"] for c in doctor["checks"]}
 
 
 def run_seeds(

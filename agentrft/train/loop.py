@@ -52,7 +52,8 @@ from agentrft.train.checkpoint import (
     save_checkpoint,
 )
 from agentrft.train.engine_check import check_engine
-from agentrft.train.observe import RunLog
+from agentrft.train.hack_watch import HackWatch
+from agentrft.train.observe import RunLog, read_metrics
 from agentrft.train.run_files import read_run_files, write_run_files
 from agentrft.train.settings import normalize_std, update_config
 from agentrft.train.update import update_policy
@@ -182,6 +183,7 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
     (run_dir / "hyperparameters.json").write_text(json.dumps(hyper, indent=2))
     log = RunLog(run_dir, resume_from_step=s.state.step if resume else None)
     ucfg = update_config(job, bf16=s.policy.dtype == "bf16", engine=s.engine)
+    watch = HackWatch.for_job(job, run_dir, read_metrics(run_dir) if resume else ())
     with (
         job_environment(job) as env_url,
         open_engine(job, s.policy, run_dir, s.engine, resolve_model(job.model)) as engine,
@@ -241,7 +243,9 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
                 **sampler.metrics(),
                 "epoch": step // hp.steps_per_epoch,
             }
-            log.rollouts(f"step-{s.state.step}", graded_records(groups, step=s.state.step))
+            records = graded_records(groups, step=s.state.step)
+            log.rollouts(f"step-{s.state.step}", records)
+            metrics |= watch.observe(s.state.step, records)  # reward-hacking flags, readings
             # 6. eval
             if (
                 s.val_items

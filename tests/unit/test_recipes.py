@@ -93,6 +93,12 @@ def _stub_stages(monkeypatch, verdicts: dict[str, str]) -> list[str]:
     monkeypatch.setattr(recipes, "print_compare", lambda *a: None)
     monkeypatch.setattr(recipes, "summary_table", lambda *a, **k: "")
     monkeypatch.setattr(recipes, "write_report", lambda path, **k: path)
+
+    def doctor_job(job, items, k, out, train_items):
+        return {"checks": [{"rule": "best-of-k rises", "status": "pass"}]}
+
+    monkeypatch.setattr(recipes, "doctor_job", doctor_job)
+    monkeypatch.setattr(recipes, "doctor_table", lambda rep: "")
     return trained
 
 
@@ -142,8 +148,19 @@ def test_the_runner_trains_the_first_variant_with_signal_and_still_measures_meas
     assert list(summary["variants"]) == ["task", "easier", "hint"]
     assert summary["variants"]["task"]["signal"] is False
     assert summary["variants"]["hint"]["signal"] is True  # measured, never trained
+    assert all(v["doctor"] == {"best-of-k rises": "pass"} for v in summary["variants"].values())
     assert summary["per_row"]["difference"]["mean"] == pytest.approx(0.6)
     assert summary["job"] == str(tmp_path / "job_easy.yaml") and summary["seed"] == 3
+
+
+def test_doctor_only_runs_the_doctor_on_every_variant_and_nothing_else(tmp_path, monkeypatch):
+    trained = _stub_stages(monkeypatch, {"*": "learnable"})
+    monkeypatch.setattr(recipes, "evaluate_model", lambda *a, **k: pytest.fail("no baseline"))
+    variants = (recipes.Variant("task"), recipes.Variant("easier", "job_easy.yaml", "data-easy"))
+    summary = recipes.run(_variant_recipe(tmp_path, variants), tmp_path / "out", doctor_only=True)
+    assert trained == [] and summary["trained"] is None
+    assert list(summary["variants"]) == ["task", "easier"]
+    assert summary["variants"]["easier"]["doctor"] == {"best-of-k rises": "pass"}
 
 
 def test_the_runner_trains_nothing_when_no_pre_flight_finds_signal(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from agentrft.evaluate.report import best_of_k_from, build_report, tool_call_cou
 from tests.report_data import NASTY, eval_records, graded_groups, metrics_rows, summary_only
 
 IMG = re.compile(r'<img alt="([^"]+)" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
-SECTIONS = ("reward-curve", "tool-calls", "best-of-k", "trajectories")
+SECTIONS = ("doctor", "reward-curve", "hack-watch", "tool-calls", "best-of-k", "trajectories")
 
 
 def test_full_report(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ def test_missing_inputs_are_said_not_hidden() -> None:
     for sid in SECTIONS:
         assert f'<section id="{sid}">' in page
     assert "data:image/png" not in page
-    assert page.count('class="missing"') == 4
+    assert page.count('class="missing"') == 6
 
 
 def test_summary_only_results_and_counts() -> None:
@@ -104,3 +104,36 @@ def test_reads_what_agentrft_eval_writes() -> None:
     page = build_report(before=graded_records(before), after=records, rollouts=records)
     assert [alt for alt, _ in IMG.findall(page)] == ["tool calls per rollout", "best-of-k curve"]
     assert page.count('class="traj"') == 4
+
+
+def test_the_doctor_and_the_hack_watch_have_their_sections(tmp_path: Path) -> None:
+    from agentrft.evaluate.report import write_report
+
+    run = tmp_path / "run"
+    (run / "readings").mkdir(parents=True)
+    (run / "readings" / "step-3.html").write_text("<html></html>")
+    flag = {"step": 3, "kind": "shaping", "metric": "sub_rewards/near", "message": "near rose"}
+    (run / "hack_watch.jsonl").write_text(json.dumps(flag) + "\n")
+    doctor = {
+        "job": "job.yaml",
+        "rows": 6,
+        "k": 4,
+        "wall_s": 12.0,
+        "checks": [
+            {
+                "rule": "reward is not hackable",
+                "status": "fail",
+                "evidence": ["probe x"],
+                "fix": ["cap it"],
+            }
+        ],
+    }
+    metrics = [
+        {"step": s, "reward/mean": 0.1 * s, "hack_watch/flags": float(s == 3)} for s in (1, 2, 3)
+    ]
+    page = write_report(
+        tmp_path / "report.html", metrics=metrics, doctor=doctor, run_dir=run
+    ).read_text()
+    assert "FAIL" in page and "cap it" in page
+    assert "1 flag(s)" in page and "shaping: near rose" in page
+    assert 'href="run/readings/step-3.html"' in page
