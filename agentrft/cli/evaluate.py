@@ -217,6 +217,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         after=after,
         rollouts=rollouts,
         title=f"agentrft report: {run.name}",
+        run_dir=run,
     )
     console.print(f"wrote {out}")
     return 0
