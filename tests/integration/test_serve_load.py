@@ -15,7 +15,8 @@ from bench.serve_load import run_load
 pytestmark = pytest.mark.integration
 SECONDS = 15
 THREADS_LEFT = 3  # past the warm sample: a pool's thread or two may start late
-RSS_GROWTH_MB = 200  # past the warm sample; the first batches themselves grew it by ~400 MB
+# after the load, its freed memory given back: 3 minutes of it left 83-98 MB (bench/RESULTS.md)
+RSS_GROWTH_MB = 200
 
 
 @pytest.mark.parametrize("target", ["serve-model", "service"])
@@ -35,6 +36,6 @@ def test_mixed_load_is_answered_without_leaks(tmp_path: Path, target: str) -> No
         "bad refused 4xx",
     }, out
     assert r["threads"]["end"] <= r["threads"]["warm"] + THREADS_LEFT, r["threads"]
-    assert r["rss_mb"]["end"] <= r["rss_mb"]["warm"] + RSS_GROWTH_MB, r["rss_mb_each_s"]
+    assert r["rss_mb"]["end"] <= r["rss_mb"]["start"] + RSS_GROWTH_MB, r["rss_mb"]
     assert r["cpu_s_in_3s_after"] < 0.5, r  # hung-up requests were cancelled
     assert r["status_after"] == 200
