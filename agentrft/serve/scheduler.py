@@ -181,9 +181,17 @@ class DecodeScheduler:
 
     @staticmethod
     def _retire(batch: RunningBatch, jobs: list[Job]) -> list[Job]:
-        """Drop finished rows and cancelled requests from `batch`; the jobs still running."""
-        batch.retire([r for j in jobs for r in j.rows if r.finish_reason or j.cancelled])
-        return [j for j in jobs if not j.cancelled and any(not r.finish_reason for r in j.rows)]
+        """Drop finished rows and cancelled requests from `batch`; the jobs still running.
+
+        `cancelled` is set from the event loop's thread at any moment, so it is read once:
+        read twice, a request cancelled in between kept its rows in the batch but left the
+        jobs, and its rows then decoded on, never retired, until the scheduler went idle
+        (under steady load, never; each step the batch grew a column)."""
+        now = [(j, j.cancelled) for j in jobs]
+        batch.retire([r for j, cancelled in now for r in j.rows if r.finish_reason or cancelled])
+        return [
+            j for j, cancelled in now if not cancelled and any(not r.finish_reason for r in j.rows)
+        ]
 
     def _take(self, running: int) -> list[Job]:
         """Waiting jobs to admit now, oldest first, while there are free rows (a job always
