@@ -15,7 +15,7 @@ from bench.serve_load import run_load
 pytestmark = pytest.mark.integration
 SECONDS = 15
 THREADS_LEFT = 3  # past the warm sample: a pool's thread or two may start late
-# after the load, its freed memory given back: 3 minutes of it left 83-98 MB (bench/RESULTS.md)
+# after the load, its freed memory given back: 3 minutes of it left 97 MB (bench/RESULTS.md)
 RSS_GROWTH_MB = 200
 
 
