@@ -10,8 +10,11 @@ one writable directory. On top of that:
   unprivileged uid (one per sandbox) with every capability, the bounding set included,
   dropped: it cannot remount, unmount or read root-only files such as /etc/shadow.
   Directories the uid could not reach (an interpreter under /root) are bound back
-  read-only over an empty tmpfs. Started by anyone else, bwrap puts the code in a user
-  namespace without capabilities.
+  read-only over an empty tmpfs. The code then enters a user namespace of its own (where
+  the kernel allows it) with only that uid mapped. Started by anyone else, bwrap puts the
+  code in a user namespace without capabilities.
+- **A seccomp filter** (syscall_filter.py, `bwrap --seccomp FD`) refuses ptrace, mounts,
+  new namespaces, keyrings, bpf, io_uring and the like.
 - **Limits for the whole sandbox.** A cgroup (v2, or v1 where that is what the host has)
   caps memory and processes for everything inside together, and its CPU time is watched.
   Without one, the limits fall back to rlimits per process (RLIMIT_CPU, RLIMIT_AS) plus
@@ -37,11 +40,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrft import cgroups
+from agentrft import cgroups, syscall_filter
 from agentrft.errors import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -52,24 +55,45 @@ _UID_BASE = 1_900_000_000  # sandbox uids: far from real accounts and from /etc/
 _POLL_S = 0.1
 
 # Runs inside the sandbox as root (started by root), before the untrusted program: become the
-# sandbox uid, drop every capability and refuse to go on if any is left.
+# sandbox uid, drop every capability and refuse to go on if any is left. With USERNS=1 it then
+# enters a user namespace of its own in which only that uid is mapped (it gives every
+# capability back, inside the namespace: they are dropped again), and with a FILTER (hex) it
+# loads that seccomp program on top of bwrap's, which must let its own `unshare` through.
 _DROP = r"""
 import ctypes, os, sys
-uid, cwd = int(sys.argv[1]), sys.argv[2]
+uid, cwd, userns, inner = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", bytes.fromhex(sys.argv[4])
 libc = ctypes.CDLL(None, use_errno=True)
+def refuse(why):
+    sys.stderr.write(f"agentrft sandbox: {why}; refusing to run\n")
+    sys.exit(125)
+def drop_capabilities():
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
 os.setgroups([])
 os.setresgid(uid, uid, uid)
-for cap in range(64):
-    libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
-libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+drop_capabilities()
 os.setresuid(uid, uid, uid)
+if userns:
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        refuse(f"could not enter a user namespace: {os.strerror(ctypes.get_errno())}")
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self is root's since setresuid, until then
+    for name, line in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{uid} {uid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(line)
+    drop_capabilities()
 libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)())
 caps = [line.split(":")[1] for line in open("/proc/self/status") if line.startswith("Cap")]
 if 0 in os.getresuid() or any(int(c, 16) for c in caps):
-    sys.stderr.write("agentrft sandbox: could not drop root's privileges; refusing to run\n")
-    sys.exit(125)
+    refuse("could not drop root's privileges")
+if inner:
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    if libc.prctl(22, 2, ctypes.byref(Program(len(inner) // 8, inner)), 0, 0) != 0:  # PR_SET_SECCOMP
+        refuse(f"could not load the seccomp filter: {os.strerror(ctypes.get_errno())}")
 os.chdir(cwd)
-os.execvp(sys.argv[3], sys.argv[3:])
+os.execvp(sys.argv[5], sys.argv[5:])
 """
 
 
@@ -109,12 +133,26 @@ class Protection:
     drops_root: bool  # started by root: the code runs as a fresh unprivileged uid
     cgroup: str | None  # "v2", "v1" or None
     why_no_cgroup: str = ""
+    seccomp: bool = False  # the system calls of syscall_filter.DENIED are refused
+    why_no_seccomp: str = ""
+    user_namespace: bool = False  # the code runs in a user namespace of its own
+    why_no_user_namespace: str = ""
 
     def describe(self) -> str:
         who = (
             "code runs as a fresh unprivileged uid with no capabilities"
             if self.drops_root
-            else "code runs in a user namespace with no capabilities"
+            else "code runs with no capabilities"
+        )
+        who += (
+            ", in a user namespace of its own"
+            if self.user_namespace
+            else f", in the host's user namespace ({self.why_no_user_namespace})"
+        )
+        calls = (
+            "a seccomp filter refuses ptrace, mount, unshare, keyctl, bpf, io_uring and more"
+            if self.seccomp
+            else f"no seccomp filter ({self.why_no_seccomp})"
         )
         if self.cgroup:
             caps = (
@@ -127,7 +165,7 @@ class Protection:
                 else "the number of processes is not capped"
             )
             caps = f"no cgroup ({self.why_no_cgroup}): memory and CPU time are limited per process only, {nproc}"
-        return f"sandbox: bubblewrap; {who}; {caps}"
+        return f"sandbox: bubblewrap; {who}; {calls}; {caps}"
 
 
 def _needed_dirs(argv: Sequence[str]) -> set[str]:
@@ -177,9 +215,18 @@ def _hidden_and_visible(
     return _outermost(hidden), _outermost(under)
 
 
-def bwrap_argv(workdir: Path, argv: Sequence[str], uid: int | None = None) -> list[str]:
+def bwrap_argv(
+    workdir: Path,
+    argv: Sequence[str],
+    uid: int | None = None,
+    *,
+    seccomp_fd: int | None = None,
+    user_namespace: bool = False,
+) -> list[str]:
     """The bwrap command line. `uid`: run `argv` as this unprivileged uid (bwrap itself
-    runs as root and drops to it inside); None: bwrap's own user namespace."""
+    runs as root and drops to it inside, entering a user namespace of its own there with
+    `user_namespace`); None: bwrap's own user namespace. `seccomp_fd`: a file descriptor
+    open on `seccomp_program(uid)`, for bwrap to load (the caller passes it through)."""
     exe = shutil.which("bwrap")
     if exe is None:
         raise SandboxUnavailable(
@@ -229,6 +276,7 @@ def bwrap_argv(workdir: Path, argv: Sequence[str], uid: int | None = None) -> li
             "--cap-add",
             "CAP_SETPCAP",
         ]
+        inner = syscall_filter.unshare_program() if seccomp_fd is not None else b""
         run = [
             sys.executable,
             "-I",
@@ -237,6 +285,8 @@ def bwrap_argv(workdir: Path, argv: Sequence[str], uid: int | None = None) -> li
             _DROP,
             str(uid),
             w,
+            "1" if user_namespace else "0",
+            inner.hex(),
             *argv,
         ]  # it enters `w` as the uid
     return [
@@ -252,6 +302,7 @@ def bwrap_argv(workdir: Path, argv: Sequence[str], uid: int | None = None) -> li
         "--proc",
         "/proc",
         *namespaces,
+        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
         "--die-with-parent",
         "--new-session",
         "--bind",
@@ -281,31 +332,95 @@ def _sandbox_uid() -> int | None:
     return _UID_BASE + random.randrange(1_000_000) if os.geteuid() == 0 else None
 
 
-@functools.lru_cache(maxsize=1)
-def _probe() -> Protection | str:
-    """The protection a sandbox gets here, or why none can be built."""
-    uid = _sandbox_uid()
+def seccomp_program(uid: int | None) -> bytes:
+    """The BPF program bwrap loads: the whole filter, or, for a sandbox started by root (which
+    makes its own user namespace after bwrap starts it), all of it but `unshare`."""
+    return syscall_filter.program(unshare=uid is None)
+
+
+@contextlib.contextmanager
+def _program_fd(program: bytes | None) -> Iterator[int | None]:
+    """A file descriptor open on `program`, at offset 0, for `bwrap --seccomp FD`."""
+    if program is None:
+        yield None
+        return
+    fd = os.memfd_create("agentrft-seccomp", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, program)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _try_sandbox(uid: int | None, seccomp: bool, user_namespace: bool) -> str | None:
+    """Run `true` in a sandbox built so; None when it ran, else bwrap's (or _DROP's) error."""
     with tempfile.TemporaryDirectory(prefix="agentrft-probe-") as tmp:
-        try:
-            argv = bwrap_argv(Path(tmp), ["true"], uid)
-        except SandboxUnavailable as exc:
-            return str(exc)
         if uid is not None:
             _hand_over(Path(tmp), uid)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
+        with _program_fd(seccomp_program(uid) if seccomp else None) as fd:
+            argv = bwrap_argv(
+                Path(tmp), ["true"], uid, seccomp_fd=fd, user_namespace=user_namespace
+            )
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                pass_fds=() if fd is None else (fd,),
+            )
+    return (
+        None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")[:300]
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> Protection | str:
+    """The protection a sandbox gets here, or why none can be built. It first tries every
+    protection, then goes without a user namespace (started by root), then without seccomp,
+    and says why each one it left out failed."""
+    uid = _sandbox_uid()
+    why_no_seccomp = syscall_filter.unavailable() or ""
+    seccomp = not why_no_seccomp
+    # started by anyone else, bwrap's own user namespace is the only way it builds a sandbox
+    user_namespace, why_no_userns = True, ""
+    try:
+        error = _try_sandbox(uid, seccomp, user_namespace)
+    except SandboxUnavailable as exc:  # no bwrap
+        return str(exc)
+    if error and uid is not None:
+        user_namespace, why_no_userns = False, f"the kernel refused one: {error}"
+        error = _try_sandbox(uid, seccomp, user_namespace)
+    if error and seccomp:
+        seccomp, why_no_seccomp = False, f"bubblewrap could not load it: {error}"
+        error = _try_sandbox(uid, seccomp, user_namespace)
+    if error:
         return (
-            f"bubblewrap is installed but cannot create a sandbox here: {proc.stderr.strip()[:300]}. "
+            f"bubblewrap is installed but cannot create a sandbox here: {error}. "
             "It needs user namespaces (sysctl kernel.unprivileged_userns_clone=1) or root."
         )
     try:
         group = cgroups.create(64 << 20, 8)
     except OSError as exc:
-        prot = Protection(uid is not None, None, str(exc.strerror or exc))
+        cgroup, why_no_cgroup = None, str(exc.strerror or exc)
     else:
         group.remove()
-        prot = Protection(uid is not None, group.version)
-    partial = prot.cgroup is None or (os.geteuid() == 0 and not prot.drops_root)
+        cgroup, why_no_cgroup = group.version, ""
+    prot = Protection(
+        uid is not None,
+        cgroup,
+        why_no_cgroup,
+        seccomp,
+        why_no_seccomp,
+        user_namespace,
+        why_no_userns,
+    )
+    partial = (
+        prot.cgroup is None
+        or not prot.seccomp
+        or not prot.user_namespace
+        or (os.geteuid() == 0 and not prot.drops_root)
+    )
     log.log(logging.WARNING if partial else logging.INFO, prot.describe())
     return prot
 
@@ -348,7 +463,6 @@ async def run_sandboxed(
     directory made for the run (a copy of a workspace, not the original)."""
     prot = protection()
     uid = _sandbox_uid() if prot.drops_root else None
-    cmd = bwrap_argv(workdir, argv, uid)
     if uid is not None:
         await asyncio.to_thread(_hand_over, workdir, uid)
     group = None
@@ -361,8 +475,10 @@ async def run_sandboxed(
     t0 = time.perf_counter()
     rc: int | None = None
     wall_timeout = group_cpu = False
+    program = seccomp_program(uid) if prot.seccomp else None
     try:
-        with out.open("wb") as fo, err.open("wb") as fe:
+        with out.open("wb") as fo, err.open("wb") as fe, _program_fd(program) as fd:
+            cmd = bwrap_argv(workdir, argv, uid, seccomp_fd=fd, user_namespace=prot.user_namespace)
             proc = await asyncio.create_subprocess_exec(
                 *cmd,
                 stdin=subprocess.DEVNULL,
@@ -371,6 +487,7 @@ async def run_sandboxed(
                 start_new_session=True,
                 env=env if env is not None else _default_env(workdir),
                 preexec_fn=functools.partial(_set_limits, limits, group, uid),
+                pass_fds=() if fd is None else (fd,),
             )
             try:
                 while True:

@@ -17,6 +17,7 @@ KEYS_ENV = "AGENTRFT_API_KEYS"
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from agentrft.serve.app import DRAIN_S
     from agentrft.service.app import create_app
     from agentrft.service.state import read_keys
 
@@ -41,7 +42,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"{args.workers} worker(s) ({args.executor}), {auth}",
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # on SIGTERM, in-flight chat requests get serve-model's drain time, then are cancelled
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_graceful_shutdown=round(DRAIN_S),
+    )
     return 0
 
 

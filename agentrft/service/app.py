@@ -12,6 +12,7 @@ input is a 4xx, never a 500.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -76,6 +77,8 @@ def create_app(
         try:
             yield
         finally:
+            if state.chat is not None:
+                await asyncio.to_thread(state.chat.close)
             runner.shutdown()
             store.close()
 

@@ -32,7 +32,7 @@ from typing import IO, Any, Protocol
 
 from agentrft.errors import ConfigError
 from agentrft.service.secret_store import SecretStore
-from agentrft.service.store import Store
+from agentrft.service.store import TERMINAL, Store
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 3.0
@@ -156,8 +156,13 @@ class LocalExecutor:
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
+        if self.secrets is not None:  # jobs that ended while a server was being killed
+            for job_id in self.secrets.job_ids():
+                job = self.store.job(job_id)
+                if job is None or job["status"] in TERMINAL:
+                    self.secrets.delete(job_id)
         for job in self.store.jobs_with_status("running"):
-            self.store.set_status(job["id"], "queued", only_from=("running",))
+            self._set_status(job["id"], "queued", only_from=("running",))
             self.store.add_event(
                 job["id"],
                 "The server restarted; the job is queued again and resumes from its last checkpoint",
@@ -181,6 +186,14 @@ class LocalExecutor:
     def poke(self) -> None:
         self._wake.set()
 
+    def _set_status(self, job_id: str, status: str, **kw: Any) -> bool:
+        """`Store.set_status`; a job that ends (succeeded, failed, cancelled) no longer needs
+        its secrets, so their encrypted copy is deleted with it."""
+        moved = self.store.set_status(job_id, status, **kw)
+        if moved and status in TERMINAL and self.secrets is not None:
+            self.secrets.delete(job_id)
+        return moved
+
     # -- requests from the API -----------------------------------------------------------
     def stop(self, job_id: str, status: str) -> None:
         """Cancel or pause: a queued job moves at once; a running one once its worker is
@@ -190,7 +203,7 @@ class LocalExecutor:
                 self._stop_requests[job_id] = status
                 self._wake.set()
                 return
-        self.store.set_status(
+        self._set_status(
             job_id, status, only_from=("validating_files", "queued", "running", "paused")
         )
 
@@ -224,13 +237,13 @@ class LocalExecutor:
         for job in self.store.jobs_with_status("validating_files"):
             error = self.validate_files(job) if self.validate_files else None
             if error:
-                if self.store.set_status(
+                if self._set_status(
                     job["id"], "failed", only_from=("validating_files",), error=error
                 ):
                     self.store.add_event(
                         job["id"], f"File validation failed: {error['message']}", level="error"
                     )
-            elif self.store.set_status(job["id"], "queued", only_from=("validating_files",)):
+            elif self._set_status(job["id"], "queued", only_from=("validating_files",)):
                 self.store.add_event(job["id"], "Files validated, moving job to queued state")
 
     def _handle_stops(self) -> None:
@@ -243,7 +256,7 @@ class LocalExecutor:
             if worker is not None:
                 worker.process.stop()
                 self.ingest_metrics(job_id)
-            if self.store.set_status(job_id, status, only_from=("queued", "running")):
+            if self._set_status(job_id, status, only_from=("queued", "running")):
                 self.store.add_event(
                     job_id,
                     "Fine-tuning job paused" if status == "paused" else "Fine-tuning job cancelled",
@@ -272,7 +285,7 @@ class LocalExecutor:
                 }
             }
         if returncode == 0 and result.get("status") == "succeeded":
-            if self.store.set_status(job_id, "succeeded", only_from=("running",)):
+            if self._set_status(job_id, "succeeded", only_from=("running",)):
                 job = self.store.job(job_id)
                 self.store.add_event(
                     job_id,
@@ -285,7 +298,7 @@ class LocalExecutor:
             "message": str(result.get("error", {}).get("message", "")),
             "param": None,
         }
-        if self.store.set_status(job_id, "failed", only_from=("running",), error=error):
+        if self._set_status(job_id, "failed", only_from=("running",), error=error):
             self.store.add_event(job_id, f"The job failed: {error['message']}", level="error")
 
     def _start_queued(self) -> None:
@@ -293,7 +306,7 @@ class LocalExecutor:
             with self._lock:
                 if len(self._running) >= self.workers:
                     return
-            if not self.store.set_status(job["id"], "running", only_from=("queued",)):
+            if not self._set_status(job["id"], "running", only_from=("queued",)):
                 continue
             run_dir = self.jobs_dir / job["id"]
             resumed = (run_dir / "checkpoints" / "latest").is_file()
@@ -302,7 +315,7 @@ class LocalExecutor:
                 full = self.secrets.get(job["id"]) if self.secrets else None
             except ConfigError as exc:
                 error = {"code": "secret_key_mismatch", "message": str(exc), "param": None}
-                if self.store.set_status(job["id"], "failed", only_from=("running",), error=error):
+                if self._set_status(job["id"], "failed", only_from=("running",), error=error):
                     self.store.add_event(job["id"], f"The job failed: {exc}", level="error")
                 continue
             process = self.spawn(run_dir, full)

@@ -89,6 +89,11 @@ class ChatModels:
                 self._loaded.popitem(last=False)
             return service
 
+    def close(self) -> None:
+        """Fail whatever the loaded models are still decoding (at the server's shutdown)."""
+        for service in self._loaded.values():
+            service.close()
+
     def drop(self, model: str) -> None:
         for key in [k for k in self._loaded if k == model or k.startswith(model + ":")]:
             del self._loaded[key]
@@ -144,7 +149,13 @@ async def delete_model(request: Request, model: str) -> dict[str, Any]:
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Any:
-    from agentrft.serve.app import MAX_BODY_BYTES, chat_response, parse_body, read_body
+    from agentrft.serve.app import (
+        MAX_BODY_BYTES,
+        chat_response,
+        parse_body,
+        read_body,
+        unless_disconnected,
+    )
 
     owner = caller(request)
     state = state_of(request)
@@ -153,4 +164,5 @@ async def chat_completions(request: Request) -> Any:
     )  # as serve-model: capped, off the loop
     ref, base = model_ref(state, req.model, owner)
     service = await _chat(state).get(req.model, ref, base)
-    return await chat_response(service, req)
+    # as serve-model: a client that hangs up cancels its request, streamed or not
+    return await unless_disconnected(request, chat_response(service, req))

@@ -5,7 +5,9 @@ encrypted at rest, apart from the database.
 redacted (`agentrft.redact`); the one copy in full is `DATA/secrets/JOB_ID.fernet`, a
 Fernet token (AES-128-CBC with an HMAC-SHA256, from `cryptography`). The executor decrypts
 it when it starts the job's worker and hands the job to the worker on its stdin, so the
-secrets exist in the clear only in memory.
+secrets exist in the clear only in memory. The file is deleted when the job ends (succeeded,
+failed or cancelled; a paused job keeps it to resume), and at the next start for a job that
+ended while the server was being killed.
 
 The key comes from `AGENTRFT_SECRET_KEY` (a Fernet key: `agentrft serve` prints how to make
 one) or from the key file `AGENTRFT_SECRET_KEY_FILE` (default `DATA/secret.key`), which the
@@ -112,4 +114,9 @@ class SecretStore:
         return data
 
     def delete(self, job_id: str) -> None:
+        """Forget a job's secrets (the executor does it when the job ends)."""
         self._path(job_id).unlink(missing_ok=True)
+
+    def job_ids(self) -> list[str]:
+        """The jobs whose secrets are stored."""
+        return sorted(p.stem for p in self.root.glob("*.fernet"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentrft.tools.envkit import free_port
+from tests.integration.serve_model_process import serve_model_process
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
@@ -39,31 +38,8 @@ def cpu_seconds(pid: int) -> float:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentrft.cli", "serve-model", "base", "--port", str(port)]
-        + ["--drain-seconds", str(DRAIN_S)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
-    try:
-        while True:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                httpx.get(url + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "serve-model did not start"
-                time.sleep(0.5)
+    with serve_model_process("--drain-seconds", str(DRAIN_S)) as (proc, url):
         yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
 
 
 def test_a_hung_up_request_stops_using_cpu(server: tuple[subprocess.Popen[str], str]) -> None:

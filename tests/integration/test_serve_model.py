@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from agentrft.policy.hf import HFPolicy
 from agentrft.serve.app import ChatService, create_app
-from agentrft.tools.envkit import free_port, serve_in_thread
+from agentrft.tools.envkit import serve_in_thread
+from tests.integration.serve_model_process import serve_model_process
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
@@ -142,35 +139,13 @@ def test_n_choices_in_one_batch(client: openai.OpenAI, served: tuple[str, ChatSe
 
 
 def test_cli_serves_the_default_model() -> None:
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentrft.cli", "serve-model", "base", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                httpx.get(url + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "serve-model did not start"
-                time.sleep(0.5)
+    with serve_model_process() as (_, url):
         c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
         assert [m.id for m in c.models.list()] == [MODEL]
         r = c.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
         )
         assert r.usage.completion_tokens <= 4 and r.choices[0].message.content
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def streamed(client: openai.OpenAI, **kwargs: Any) -> tuple[list[str], list[float], str | None]:

@@ -90,6 +90,19 @@ class ServiceProcess:
         self.log.close()
 
 
+def create_resume_test_job(client, tmp_path: Path, steps: int):  # type: ignore[no-untyped-def]
+    """agentrft train's resume test job (test_train.py), `steps` steps, sent through the API."""
+    job_file = json.loads(make_job(tmp_path, steps).read_text())
+    f = client.files.create(file=(tmp_path / "train.jsonl").open("rb"), purpose="fine-tune")
+    return client.fine_tuning.jobs.create(
+        model=job_file["model"],
+        training_file=f.id,
+        seed=job_file["seed"],
+        method=job_file["method"],
+        extra_body={"agentrft": job_file["agentrft"]},
+    )
+
+
 @pytest.fixture
 def tool_server() -> Iterator[str]:
     """The quickstart's tool server (examples/quickstart/env.py) on loopback."""
@@ -210,21 +223,11 @@ def test_quickstart_through_the_openai_sdk(tmp_path: Path, tool_server: str, exe
 
 @pytest.mark.slow  # two 3-step trainings and two server starts: minutes on a laptop CPU
 def test_kill_9_mid_job_then_restart_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    # agentrft train's resume test job (test_train.py), sent through the API
-    job_file = json.loads(make_job(tmp_path, 3).read_text())
-    method, ext = job_file["method"], job_file["agentrft"]
     data = tmp_path / "data"
     service = ServiceProcess(data)
     try:
         with service.client() as client:
-            f = client.files.create(file=(tmp_path / "train.jsonl").open("rb"), purpose="fine-tune")
-            job = client.fine_tuning.jobs.create(
-                model=job_file["model"],
-                training_file=f.id,
-                seed=job_file["seed"],
-                method=method,
-                extra_body={"agentrft": ext},
-            )
+            job = create_resume_test_job(client, tmp_path, 3)
         run = data / "jobs" / job.id
         deadline = time.monotonic() + 300
         while not (run / "checkpoints" / "latest").exists():

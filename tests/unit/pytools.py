@@ -1,4 +1,15 @@
-"""In-process tools used by the tool tests (`function: "tests.unit.pytools:add"`)."""
+"""In-process tools used by the tool tests (`function: "tests.unit.pytools:add"`), and what
+the HTTP and MCP tool tests share: a tool server fixture and the text of a model's call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from agentrft.tools.envkit import serve_in_thread
 
 CALLS: list[str] = []
 
@@ -29,3 +40,19 @@ def lookup(country: str) -> str:
     if country.lower() not in COUNTRIES:
         raise ToolInputError(f"unknown country {country!r}")
     return COUNTRIES[country.lower()]
+
+
+def module_server(app: Any) -> Callable[[], Iterator[str]]:
+    """A module-scoped `server` fixture: `app` (an envkit ToolServer's app) on loopback."""
+
+    @pytest.fixture(scope="module")
+    def server() -> Iterator[str]:
+        with serve_in_thread(app) as url:
+            yield url
+
+    return server
+
+
+def call(name: str, **args: Any) -> str:
+    """The text of one tool call as the model writes it."""
+    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'

@@ -19,6 +19,7 @@ from agentrft.rollout.group import run_groups
 from agentrft.tools import build_tools
 from agentrft.tools.envkit import ToolInputError, ToolServer, serve_in_thread
 from agentrft.types import Item, StopReason
+from tests.unit.pytools import call, module_server
 
 LOG: list[dict] = []
 ATTEMPTS: dict[str, int] = {}
@@ -75,20 +76,13 @@ def big(ctx, n: int) -> str:
     return "x" * n
 
 
-@pytest.fixture(scope="module")
-def server():
-    with serve_in_thread(env.app) as url:
-        yield url
+server = module_server(env.app)
 
 
 @pytest.fixture(autouse=True)
 def _clear():
     LOG.clear()
     ATTEMPTS.clear()
-
-
-def call(name: str, **args) -> str:
-    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'
 
 
 def rollout(

@@ -67,7 +67,7 @@ def test_the_scan_sees_imports_in_every_form(tmp_path: Path) -> None:
 # the order they call each other (tools <- policy <- rollout <- graders <- job <- runtime <-
 # evaluate <- train), then what serves and runs them, and the CLI on top.
 LAYERS: list[set[str]] = [
-    {"errors", "types", "seeds", "cgroups", "memory", "redact", "config"},
+    {"errors", "types", "seeds", "cgroups", "syscall_filter", "memory", "redact", "config"},
     {"console", "sandbox", "data"},
     {"tools"},
     {"policy"},

@@ -23,6 +23,7 @@ from agentrft.tools.envkit import ToolInputError, ToolServer, serve_in_thread
 from agentrft.tools.mcp import mcp_tools
 from agentrft.tools.mcp_spec import McpServer
 from agentrft.types import Item, StopReason
+from tests.unit.pytools import call, module_server
 
 SEEN: list[dict] = []
 _lock = threading.Lock()
@@ -50,19 +51,12 @@ def broken(ctx) -> str:
     raise RuntimeError("backend down")
 
 
-@pytest.fixture(scope="module")
-def server():
-    with serve_in_thread(env.app) as url:
-        yield url
+server = module_server(env.app)
 
 
 @pytest.fixture(autouse=True)
 def _clear():
     SEEN.clear()
-
-
-def call(name: str, **args) -> str:
-    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'
 
 
 def listed(servers, retries=3, timeout_s=5.0):

@@ -8,7 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import openai
@@ -39,72 +39,89 @@ def test_bodies_over_the_cap_get_413(base_url: str) -> None:
     assert reply.json()["error"]["code"] == "request_too_large"
 
 
-def test_a_5_mib_prompt_does_not_stall_health(base_url: str) -> None:
-    body = json.dumps(
-        {
-            "model": MODEL,
-            "messages": [{"role": "user", "content": "hello world " * (5 * (1 << 20) // 12)}],
-        }
-    ).encode()
-    result: dict[str, Any] = {}
+class HealthDuring(NamedTuple):
+    """/health latencies while one chat request ran, and the machine's own idle latency."""
 
-    def send() -> None:
-        result["reply"] = httpx.post(
-            base_url + "/v1/chat/completions",
-            content=body,
-            headers={"content-type": "application/json"},
-            timeout=120,
-        )
+    reply: httpx.Response
+    request_s: float  # the request's own wall time
+    idle_p50_s: float  # /health just before, without the request
+    stall_s: float  # the slowest /health while the request ran
 
-    worker = threading.Thread(target=send)
-    with httpx.Client(base_url=base_url, timeout=10) as h:
-        h.get("/health")  # connection warm
+    @property
+    def share(self) -> float:
+        """How much of the request's time the slowest /health waited beyond its idle time."""
+        return (self.stall_s - self.idle_p50_s) / self.request_s
+
+
+# the long prompt tokenized on the loop measured 0.52-0.57 of the request, off it 0.02-0.09
+STALL_SHARE = 0.25
+
+
+def health_during(base_url: str, content: str, trials: int = 3) -> HealthDuring:
+    """Send a chat request with `content` as its user message while probing /health, `trials`
+    times; the trial with the smallest stall.
+
+    Work on the event loop holds one /health for most of the request's own time, in every
+    trial; off the loop, /health waits at most for a C call that holds the GIL in the worker
+    thread (parsing 5 MiB of JSON: about 10 ms). So the bound is a share of the request's own
+    time, measured here, and the best of a few trials: a loaded machine can delay a probe in
+    any one trial, but only work on the loop delays every one."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": content}]}).encode()
+
+    def probe(h: httpx.Client) -> float:
+        t0 = time.perf_counter()
+        assert h.get("/health").status_code == 200
+        return time.perf_counter() - t0
+
+    def trial(h: httpx.Client) -> HealthDuring:
+        result: dict[str, Any] = {}
+
+        def send() -> None:
+            t0 = time.perf_counter()
+            result["reply"] = httpx.post(
+                base_url + "/v1/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=120,
+            )
+            result["seconds"] = time.perf_counter() - t0
+
+        idle = sorted(probe(h) for _ in range(20))  # this machine, now, without the request
+        worker = threading.Thread(target=send)
         worker.start()
         latencies = []
         while worker.is_alive():
-            t0 = time.perf_counter()
-            assert h.get("/health").status_code == 200
-            latencies.append(time.perf_counter() - t0)
-            time.sleep(0.02)
-    worker.join()
-    assert result["reply"].status_code == 400  # far past the context window: refused
-    assert result["reply"].json()["error"]["code"] == "context_length_exceeded"
-    assert latencies
-    assert max(latencies) < 0.1, f"/health stalled {max(latencies):.2f}s"
+            latencies.append(probe(h))
+            time.sleep(0.005)
+        worker.join()
+        assert latencies
+        return HealthDuring(result["reply"], result["seconds"], idle[10], max(latencies))
+
+    with httpx.Client(base_url=base_url, timeout=10) as h:
+        h.get("/health")  # connection warm
+        seen = min((trial(h) for _ in range(trials)), key=lambda t: t.share)
+    assert seen.share < STALL_SHARE, (
+        f"/health stalled {seen.stall_s:.3f} s during a {seen.request_s:.3f} s request, the "
+        f"best of {trials} (idle /health p50: {seen.idle_p50_s:.4f} s)"
+    )
+    return seen
+
+
+def test_a_5_mib_prompt_does_not_stall_health(base_url: str) -> None:
+    seen = health_during(base_url, "hello world " * (5 * (1 << 20) // 12))  # asserts no stall
+    assert seen.reply.status_code == 400  # far past the context window: refused
+    assert seen.reply.json()["error"]["code"] == "context_length_exceeded"
 
 
 def test_a_long_prompt_is_tokenized_off_the_event_loop(base_url: str) -> None:
     """Just under the length that is refused before tokenizing: tokenized in a worker thread
     while /health keeps answering."""
-    content = "hello world " * 12_000  # 144,000 characters, about 24,000 tokens
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": content}]}).encode()
-    result: dict[str, Any] = {}
-
-    def send() -> None:
-        result["reply"] = httpx.post(
-            base_url + "/v1/chat/completions",
-            content=body,
-            headers={"content-type": "application/json"},
-            timeout=120,
-        )
-
-    worker = threading.Thread(target=send)
-    with httpx.Client(base_url=base_url, timeout=10) as h:
-        h.get("/health")
-        worker.start()
-        latencies = []
-        while worker.is_alive():
-            t0 = time.perf_counter()
-            h.get("/health")
-            latencies.append(time.perf_counter() - t0)
-            time.sleep(0.01)
-    worker.join()
-    error = result["reply"].json()["error"]
+    seen = health_during(base_url, "hello world " * 12_000)  # 144,000 chars, ~24,000 tokens
+    error = seen.reply.json()["error"]
     assert (
         error["code"] == "context_length_exceeded"
         and "However, the messages take 2" in error["message"]
     )  # counted, not estimated
-    assert max(latencies) < 0.1, f"/health stalled {max(latencies):.2f}s"
 
 
 def test_streaming_text_with_the_sdk(client: openai.OpenAI) -> None:

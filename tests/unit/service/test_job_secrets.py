@@ -123,7 +123,7 @@ def test_job_secrets_stay_out_of_disk_replies_and_dashboard(
     assert seen == sorted(hashlib.sha256(v.encode()).hexdigest() for v in (TOOL_AUTH, TOOL_URL))
     key_file = data_dir / "secret.key"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-    assert stat.S_IMODE((data_dir / "secrets" / f"{job_id}.fernet").stat().st_mode) == 0o600
+    assert not (data_dir / "secrets" / f"{job_id}.fernet").exists()  # deleted when it ended
 
 
 def test_a_missing_or_wrong_secret_key_stops_the_start(
@@ -134,6 +134,7 @@ def test_a_missing_or_wrong_secret_key_stops_the_start(
     store.put("ftjob-1", {"headers": {"Authorization": TOOL_AUTH}})
     assert store.get("ftjob-1") == {"headers": {"Authorization": TOOL_AUTH}}
     assert not leaks((tmp_path / "secrets" / "ftjob-1.fernet").read_bytes())
+    assert stat.S_IMODE((tmp_path / "secrets" / "ftjob-1.fernet").stat().st_mode) == 0o600
 
     from cryptography.fernet import Fernet
 
@@ -147,3 +148,50 @@ def test_a_missing_or_wrong_secret_key_stops_the_start(
     (tmp_path / "secret.key").unlink()
     with pytest.raises(ConfigError, match="the secret key is missing"):
         SecretStore.open(tmp_path)
+
+
+def test_a_job_s_secrets_are_deleted_when_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Succeeded, failed or cancelled: the encrypted copy goes with the job. Paused: it stays,
+    for the resume. A job that ended while the server was being killed: gone at the next
+    start."""
+    data_dir = tmp_path / "data"
+    secrets = data_dir / "secrets"
+    server = fake_worker_server(data_dir, monkeypatch, api_keys=frozenset({KEY_A}), workers=4)
+
+    def create(client, **metadata: str) -> str:  # type: ignore[no-untyped-def]
+        job = client.fine_tuning.jobs.create(
+            model="smollm2-135m-instruct",
+            training_file=upload(client).id,
+            method=secret_method(),  # type: ignore[arg-type]
+            metadata=metadata,
+        )
+        assert (secrets / f"{job.id}.fernet").is_file()
+        return str(job.id)
+
+    try:
+        with sdk_client(server, KEY_A) as client:
+            done = create(client, fake_steps="1")
+            failed = create(client, fake_fail="the run diverged")
+            cancelled = create(client, fake_steps="50", fake_step_s="0.2")
+            paused = create(client, fake_steps="50", fake_step_s="0.2")
+            wait_status(client, done, {"succeeded"})
+            wait_status(client, failed, {"failed"})
+            for job_id in (cancelled, paused):
+                wait_status(client, job_id, {"running"})
+            client.fine_tuning.jobs.cancel(cancelled)
+            client.fine_tuning.jobs.pause(paused)
+            wait_status(client, paused, {"paused"})
+            assert sorted(p.stem for p in secrets.glob("*.fernet")) == [paused]
+            store = SecretStore.open(data_dir)
+    finally:
+        server.stop()
+    # as if the server had been killed between the end of `done` and the deletion
+    store.put(done, {"headers": {"Authorization": TOOL_AUTH}})
+    server = fake_worker_server(data_dir, monkeypatch, api_keys=frozenset({KEY_A}))
+    try:
+        assert sorted(p.stem for p in secrets.glob("*.fernet")) == [paused]
+    finally:
+        server.stop()
+    assert_data_dir_clean(data_dir)
