@@ -5,8 +5,11 @@ Each rollout (`trace_id`) gets its own workspace, made on its first tool call: t
 `commit` exported with `git archive` (agentrft.tools.repo_workspace) and the row's `patch`
 (the bug) applied. Tools: read_file, grep (shared with the other repository recipes), an
 exact-string `edit(path, old, new)`, and `run_tests(selector)`, which runs pytest on a copy
-of the workspace inside agentrft.sandbox (no network, time and memory limits). Paths are
-relative to the repository root and confined to the workspace.
+of the workspace inside agentrft.sandbox (no network, time and memory limits). The repair
+tools of repair.py (for any pytest repository): `localize` (Ochiai fault localization over the
+tests' per-test coverage, then numbered fix candidates), `candidates(path, line)`,
+`apply(candidate)` (undo the last candidate, apply this one, run the tests) and `revert`. Paths
+are relative to the repository root and confined to the workspace.
 
 Graders, three endpoints read in this order by the job's `multi` (a gate, as in the talk):
   POST /grade            tests: 1 when the row's tests pass in a FRESH sandbox run, else 0.
