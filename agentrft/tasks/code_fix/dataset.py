@@ -63,11 +63,10 @@ import pathspec
 from agentrft.data.jsonl import write_jsonl
 from agentrft.errors import ConfigError
 from agentrft.sandbox import Limits, run_sandboxed
-from agentrft.tasks.code_fix.source import resolve_source
+from agentrft.tasks.code_fix.source import DEFAULT_TEST_COMMAND, resolve_source
 
 KINDS = ("flip_comparison", "off_by_one", "wrong_operator", "drop_negation")
 HINTS = ("none", "function", "line", "repair")
-DEFAULT_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider --no-header"
 DEFAULT_TESTS = ("tests/**/test_*.py", "tests/**/*_test.py")
 DEFAULT_VAL_FRACTION = 0.34
 DEFAULT_MAX_PER_FILE = 6

