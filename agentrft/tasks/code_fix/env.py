@@ -122,14 +122,15 @@ def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = No
     return rw.grep_in(workspace(ctx), pattern, path, glob)
 
 
+PATH_PARAMETER = {
+    "type": "string",
+    "description": 'File relative to the repository root, e.g. "src/app.py".',
+}
 EDIT_DESCRIPTION = "Replace the exact text `old` with `new` in a file. `old` must occur exactly once in the file (copy it from read_file, without the line numbers)."
 EDIT_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "path": {
-            "type": "string",
-            "description": 'File relative to the repository root, e.g. "src/app.py".',
-        },
+        "path": PATH_PARAMETER,
         "old": {"type": "string", "description": "The exact text to replace."},
         "new": {"type": "string", "description": "The text to put in its place."},
     },
@@ -283,10 +284,7 @@ CANDIDATES_DESCRIPTION = "Numbered fix candidates for one line of a file (flippe
 CANDIDATES_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "path": {
-            "type": "string",
-            "description": 'File relative to the repository root, e.g. "src/app.py".',
-        },
+        "path": PATH_PARAMETER,
         "line": {"type": "integer", "description": "Line number (1-based)."},
     },
     "required": ["path", "line"],
