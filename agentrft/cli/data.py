@@ -107,6 +107,7 @@ def cmd_code_fix(args: argparse.Namespace) -> int:
         val_fraction=args.val_fraction,
         hint=args.hint,
         seed=args.seed,
+        all_tests_cover=args.all_tests_cover,
         log=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True),
     )
     _print_report(report.lines(), args.out, t0)
@@ -286,7 +287,11 @@ def add_commands(subparsers: Any) -> None:
         "only where a test fails with it (every test must pass without it). Each row asks to fix the failing "
         "test. Split by source file: held-out rows are about other code.",
     )
-    c.add_argument("repo", help="path of a local git repository")
+    c.add_argument(
+        "repo",
+        help="a local git repository, or a directory without .git or a Python sdist (.tar.gz, .zip; e.g. from "
+        "`pip download --no-deps --no-binary :all: NAME==VERSION`), snapshotted into OUT/source/NAME as one commit",
+    )
     c.add_argument("--out", required=True, help="output directory for train.jsonl and val.jsonl")
     c.add_argument("--rev", default="HEAD", help="revision to read (default HEAD)")
     c.add_argument(
@@ -346,7 +351,13 @@ def add_commands(subparsers: Any) -> None:
         "--hint",
         choices=cf.HINTS,
         default="none",
-        help="none: the failing test only; function: and the buggy function; line: and an edit call prefilled on the buggy line",
+        help="none: the failing test only; function: and the buggy function; line: and an edit call prefilled on the "
+        "buggy line; repair: and the suspicious lines (fault localization) with numbered fix candidates",
+    )
+    c.add_argument(
+        "--all-tests-cover",
+        action="store_true",
+        help="every test file covers every source file (for a package whose tests import only the package)",
     )
     c.add_argument("--seed", type=int, default=0, help="which bugs are tried (default 0)")
     c.set_defaults(func=cmd_code_fix)

@@ -25,8 +25,15 @@ Train and validation are split by source file: held-out rows are about code no t
 touches. Every injected bug that is not kept is counted under one reason (`DROP_REASONS`).
 
 `hint`: "none" (the failing test only), "function" (plus the buggy function's source), or
-"line" (plus a prefill that starts the edit call on the buggy line: the easiest rung, for a
-small model; it gives the location away).
+"line" (plus a prefill that starts the edit call on the buggy line: it gives the location
+away), or "repair" (plus what the repair tools of repair.py say about the buggy tree: the
+suspicious lines by fault localization and numbered fix candidates; computed from the tree and
+its tests, never from the row's answer).
+
+`source` may be a git repository, or a directory without `.git` or a Python sdist
+(`.tar.gz`, `.zip`; e.g. `pip download --no-deps --no-binary :all: NAME==VERSION`): those are
+snapshotted into a local git repository first (source.py), so that every workspace is a
+`git archive` of one commit.
 """
 
 from __future__ import annotations
@@ -56,16 +63,17 @@ import pathspec
 from agentrft.data.jsonl import write_jsonl
 from agentrft.errors import ConfigError
 from agentrft.sandbox import Limits, run_sandboxed
+from agentrft.tasks.code_fix.source import DEFAULT_TEST_COMMAND, resolve_source
 
 KINDS = ("flip_comparison", "off_by_one", "wrong_operator", "drop_negation")
-HINTS = ("none", "function", "line")
-DEFAULT_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider --no-header"
+HINTS = ("none", "function", "line", "repair")
 DEFAULT_TESTS = ("tests/**/test_*.py", "tests/**/*_test.py")
 DEFAULT_VAL_FRACTION = 0.34
 DEFAULT_MAX_PER_FILE = 6
 DEFAULT_MAX_PER_FUNCTION = 1
 TEST_LIMITS = Limits(cpu_s=60, wall_s=120.0, memory_mb=2048)
 OUTPUT_MAX_CHARS = 1200  # of a failing test's output, in the request and in run_tests
+REPAIR_OUTPUT_CHARS = 400  # of it in the repair variant's request (the lists need the room)
 
 # Why an injected bug was not kept (each gets the first that applies).
 DROP_REASONS = {
@@ -136,7 +144,7 @@ class Mutation:
         )
 
 
-def _segment_edit(line: str, start: int, end: int, pattern: str, repl: str) -> str | None:
+def segment_edit(line: str, start: int, end: int, pattern: str, repl: str) -> str | None:
     """`line` with the first match of `pattern` between byte columns start..end replaced."""
     raw = line.encode()
     gap = raw[start:end].decode(errors="strict")
@@ -179,12 +187,12 @@ def _own_nodes(fn: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
         stack.extend((c, node) for c in ast.iter_child_nodes(node))
 
 
-def _edits(node: ast.AST, parent: ast.AST, line: str) -> Iterator[tuple[str, str]]:
+def bug_edits(node: ast.AST, parent: ast.AST, line: str) -> Iterator[tuple[str, str]]:
     """(kind, new line) for each bug this node can carry; the node sits on `line` alone."""
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
         flip = _CMP_FLIP.get(type(node.ops[0]))
         if flip is not None:
-            new = _segment_edit(
+            new = segment_edit(
                 line,
                 node.left.end_col_offset or 0,
                 node.comparators[0].col_offset,
@@ -195,20 +203,20 @@ def _edits(node: ast.AST, parent: ast.AST, line: str) -> Iterator[tuple[str, str
                 yield "flip_comparison", new
     elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_SWAP:
         pattern, repl = _BIN_SWAP[type(node.op)]
-        new = _segment_edit(
+        new = segment_edit(
             line, node.left.end_col_offset or 0, node.right.col_offset, pattern, repl
         )
         if new is not None:
             yield "wrong_operator", new
     elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
         pattern, repl = _BOOL_SWAP[type(node.op)]
-        new = _segment_edit(
+        new = segment_edit(
             line, node.values[0].end_col_offset or 0, node.values[1].col_offset, pattern, repl
         )
         if new is not None:
             yield "wrong_operator", new
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        new = _segment_edit(line, node.col_offset, node.operand.col_offset, r"not\s*", "")
+        new = segment_edit(line, node.col_offset, node.operand.col_offset, r"not\s*", "")
         if new is not None:
             yield "drop_negation", new
     elif (
@@ -236,7 +244,7 @@ def mutations(source: str, path: str, kinds: Sequence[str] = KINDS) -> list[Muta
             if lineno is None or getattr(node, "end_lineno", None) != lineno:
                 continue
             line = lines[lineno - 1]
-            for kind, new_line in _edits(node, parent, line):
+            for kind, new_line in bug_edits(node, parent, line):
                 if kind not in kinds or new_line == line or (lineno, new_line) in seen:
                     continue
                 text = "".join([*lines[: lineno - 1], new_line, *lines[lineno:]])
@@ -292,6 +300,7 @@ class TestRun:
     output: str  # the tail of stdout and stderr
     timed_out: bool
     wall_s: float
+    files: dict[str, bytes] = field(default_factory=dict)  # run_tests(read_back=...)
 
     @property
     def passed(self) -> list[str]:
@@ -340,15 +349,25 @@ def parse_junit(text: str) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def run_tests(
-    root: Path, selectors: Sequence[str], command: str, limits: Limits = TEST_LIMITS
+    root: Path,
+    selectors: Sequence[str],
+    command: str,
+    limits: Limits = TEST_LIMITS,
+    *,
+    extra_files: dict[str, str] | None = None,
+    read_back: Sequence[str] = (),
 ) -> TestRun:
     """Run `command selectors...` on a copy of the tree `root` inside the sandbox (no
     network, the limits above) and read each test's verdict from a junit report. The copy
-    keeps `root` as it was, whatever the tests write."""
+    keeps `root` as it was, whatever the tests write. `extra_files` are written into the copy
+    first (e.g. a coverage configuration); `read_back` names files of the copy whose bytes
+    come back in `TestRun.files` (those that exist)."""
     argv = command_argv(command)
     with tempfile.TemporaryDirectory(prefix="agentrft-tests-") as tmp:
         work = Path(tmp) / "tree"
         shutil.copytree(root, work, symlinks=True)
+        for rel, text in (extra_files or {}).items():
+            (work / rel).write_text(text)
         report = f".agentrft-junit-{hashlib.sha1(tmp.encode()).hexdigest()[:12]}.xml"
         argv += [*selectors, f"--junitxml={report}", "-o", "junit_family=xunit1"]
         env = {
@@ -365,8 +384,9 @@ def run_tests(
         if junit.is_file():
             with contextlib.suppress(ET.ParseError):  # a broken report: no verdicts
                 outcomes, details = parse_junit(junit.read_text(errors="replace"))
+        files = {rel: (work / rel).read_bytes() for rel in read_back if (work / rel).is_file()}
     output = (res.stdout + ("\n" + res.stderr if res.stderr.strip() else "")).strip()
-    return TestRun(res.returncode, outcomes, details, output, res.timed_out, res.wall_s)
+    return TestRun(res.returncode, outcomes, details, output, res.timed_out, res.wall_s, files)
 
 
 # -- which tests cover which file -------------------------------------------------------------
@@ -453,11 +473,52 @@ def request(row: dict[str, Any], hint: str, source: str) -> str:
     return "\n\n".join(parts)
 
 
+def apply_patch(root: Path, patch: str) -> None:
+    """Apply a row's bug (a unified diff with a/ b/ paths) to the tree at `root`."""
+    if not patch:
+        raise RuntimeError("item field `patch` is empty: the row carries no bug")
+    proc = subprocess.run(
+        ["git", "apply", "--whitespace=nowarn", "-"],
+        cwd=root,
+        input=patch,
+        text=True,
+        capture_output=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the row's patch does not apply: {proc.stderr.strip()[:300]}")
+
+
+def repair_request(row: dict[str, Any], buggy: Path) -> str:
+    """The repair variant's request: the failing test, then what the repair tools say about
+    the tree `buggy` (the suspicious lines and the numbered candidates; see repair.py)."""
+    from agentrft.tasks.code_fix import repair  # repair builds on this module's test runs
+
+    suspects = repair.localize(buggy, row["tests"], row["test_command"])
+    listed = repair.render(suspects, repair.candidate_list(buggy, suspects))
+    output = row["shown_output"][-REPAIR_OUTPUT_CHARS:]
+    return (
+        f"The test `{row['shown_test']}` fails:\n```\n{output}\n```\n\n{listed}\n\n"
+        "Apply the candidate that fixes the bug, then reply with one short sentence."
+    )
+
+
 def hinted(row: dict[str, Any], hint: str) -> dict[str, Any]:
     """The same row with the request (and prefill) of another `hint` level; the bug's file
     is read from the row's repository at its commit."""
     if hint not in HINTS:
         raise ConfigError(f"hint {hint!r} is not one of {', '.join(HINTS)}")
+    if hint == "repair":
+        from agentrft.tools.repo_workspace import create_workspace
+
+        tree = create_workspace(str(row["repo"]), str(row["commit"]), "code-fix-hint", "commit")
+        try:
+            apply_patch(tree, str(row["patch"]))
+            text = repair_request(row, tree)
+        finally:
+            shutil.rmtree(tree, ignore_errors=True)
+        out = {k: v for k, v in row.items() if k != "prefill"}
+        out["messages"] = [{"role": "user", "content": text}]
+        return out
     m, path = row["mutation"], row["files"][0]
     proc = subprocess.run(
         ["git", "-C", str(row["repo"]), "show", f"{row['commit']}:{path}"],
@@ -505,25 +566,26 @@ def build_dataset(
     val_fraction: float = DEFAULT_VAL_FRACTION,
     hint: str = "none",
     seed: int = 0,
+    all_tests_cover: bool = False,
     log: Any = None,
 ) -> BuildReport:
-    """Write `out/train.jsonl` and `out/val.jsonl` (see the module docstring). `include` and
+    """Write `out/train.jsonl` and `out/val.jsonl` (see the module docstring). `repo` is a git
+    repository, or a directory or sdist snapshotted into `out/source/NAME`. `include` and
     `exclude` pick the source files (gitignore globs; default every .py file that is not a
     test); `tests` picks the test files; `test_command` runs them (pytest: it must accept
-    node ids and --junitxml). `log(line)` hears progress."""
+    node ids and --junitxml). `all_tests_cover`: every test file covers every source file (for
+    a package whose tests import only the package, not its modules). `log(line)` hears progress."""
     from agentrft.tools.repo_workspace import create_workspace
 
     tests = tests or DEFAULT_TESTS
     kinds = kinds or KINDS
-    repo = Path(repo).resolve()
-    if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
-        raise ConfigError(f"{repo} is not a git repository; give the path of a local clone")
     if hint not in HINTS:
         raise ConfigError(f"hint {hint!r} is not one of {', '.join(HINTS)}")
     bad = sorted(set(kinds) - set(KINDS))
     if bad:
         raise ConfigError(f"unknown bug kind {', '.join(bad)}; use some of: {', '.join(KINDS)}")
     command_argv(test_command)
+    repo = resolve_source(repo, Path(out) / "source")
     say = log or (lambda line: None)
     commit = _resolve(repo, rev)
     report = BuildReport(commit=commit)
@@ -557,7 +619,9 @@ def build_dataset(
             covering = [
                 t
                 for t in test_files
-                if imports[t] & names or Path(t).stem in (f"test_{stem}", f"{stem}_test")
+                if all_tests_cover
+                or imports[t] & names
+                or Path(t).stem in (f"test_{stem}", f"{stem}_test")
             ]
             if not covering:
                 report.files[path] = {
@@ -627,7 +691,15 @@ def build_dataset(
                         "after": m.after,
                     },
                 }
-                row["messages"] = [{"role": "user", "content": request(row, hint, m.source)}]
+                if hint == "repair":
+                    (root / path).write_text(m.source)
+                    try:
+                        text = repair_request(row, root)
+                    finally:
+                        (root / path).write_text(original)
+                else:
+                    text = request(row, hint, m.source)
+                row["messages"] = [{"role": "user", "content": text}]
                 if hint == "line":
                     row["prefill"] = edit_prefill(path, m.after.strip())
                 rows.setdefault(path, []).append(row)

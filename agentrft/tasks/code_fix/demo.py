@@ -1,15 +1,20 @@
-"""`agentrft demo code_fix`: the code-fix recipe end to end, on this repository's own code.
+"""`agentrft demo code_fix`: the code-fix recipe end to end, on this repository's own code and
+on two public Python projects (their PyPI sdists, which ship their tests).
 
     data -> the task as is: baseline + pre-flight -> (no signal) the easier variant: baseline
-    + pre-flight -> train only where the pre-flight found signal -> trained eval -> compare
+    + pre-flight -> (no signal) the repair tools: baseline + pre-flight -> train only where a
+    pre-flight found signal -> trained eval -> compare
 
 Bugs are injected into small, pure modules of this repository at PINNED_REV (read with `git
-archive`, so every clone builds the same rows) and kept where their own unit tests catch them.
-The seed's order is kept: no training on a task whose pre-flight says it cannot teach. The
-task as is (the failing test only) is measured first; the easier variant (the buggy function
-shown, the edit call prefilled on the buggy line: it gives the location away) second; the one
-with signal is trained. Run it through `agentrft demo code_fix [--steps N] [--seed S] [--out
-DIR]`, and over several seeds with `--seeds 1 2 3`.
+archive`, so every clone builds the same rows) and into SDISTS (pinned versions and sha256,
+fetched once with `pip download` into the output folder), and kept where their own tests catch
+them. Each source is split by file on its own, so held-out bugs are in files no training bug
+touches. The seed's order is kept: no training on a task whose pre-flight says it cannot teach.
+The task as is (the failing test only) is measured first; the easier variant (the edit call
+prefilled on the buggy line) second; the repair variant (fault localization and numbered fix
+candidates in the request, the first reply prefilled up to the candidate's number) third. Run
+it through `agentrft demo code_fix [--steps N] [--seed S] [--out DIR]`, and over several seeds
+with `--seeds 1 2 3`.
 """
 
 from __future__ import annotations
@@ -18,10 +23,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentrft.console import console
 from agentrft.data.jsonl import write_jsonl
 from agentrft.job import Job
 from agentrft.tasks import runner as recipes
-from agentrft.tasks.code_fix.dataset import BuildReport, build_dataset, hinted
+from agentrft.tasks.code_fix.dataset import (
+    DEFAULT_TEST_COMMAND,
+    BuildReport,
+    build_dataset,
+    hinted,
+)
+from agentrft.tasks.code_fix.source import Sdist, fetch_sdist
 from agentrft.tools.envkit import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -40,18 +52,78 @@ PREFLIGHT_ROWS, PREFLIGHT_K = 6, 4
 VARIANTS = (  # measured in order; the first whose pre-flight finds signal is trained
     recipes.Variant("task", "job.yaml", "data"),  # the failing test and its output only
     recipes.Variant("easier", "job_easy.yaml", "data-easy"),  # the edit prefilled on the line
+    recipes.Variant("repair", "job_repair.yaml", "data-repair"),  # localization + candidates
+)
+
+
+SDISTS = (
+    Sdist(
+        "semver",
+        "3.0.2",
+        "6253adb39c70f6e51afed2fa7152bcd414c411286088fb4b9effb133885ab4cc",
+        include=("src/semver/version.py", "src/semver/cli.py", "src/semver/_deprecated.py"),
+        tests=("tests/test_*.py",),
+        test_command=f"{DEFAULT_TEST_COMMAND} -o addopts=",  # its setup.cfg asks for pytest-cov
+        all_tests_cover=True,  # its tests import the package, not its modules
+    ),
+    Sdist(
+        "toolz",
+        "1.0.0",
+        "2c86e3d9a04798ac556793bced838816296a2f085017664e4995cb40a1047a02",
+        include=("toolz/*.py",),
+        exclude=("toolz/_version.py", "toolz/_signatures.py", "toolz/compatibility.py"),
+        tests=("toolz/tests/test_*.py",),
+        val_fraction=0.5,  # recipes.py and functoolz.py: at least 16 held-out bugs in all
+    ),
 )
 
 
 def build_data(data: Path) -> BuildReport:
-    """The rows once (the bugs and their test runs: `data`, the task as is), then the easier
-    variant's prompt of the same bugs (data-easy beside it)."""
-    report = build_dataset(REPO, data, rev=PINNED_REV, include=INCLUDE, max_per_file=MAX_PER_FILE)
-    easy = data.parent / "data-easy"
+    """The rows once per source (the bugs and their test runs), merged into `data` (the task
+    as is), then the other variants' prompts of the same bugs (data-easy, data-repair beside
+    it). Each source is split by file on its own."""
+    parts = data.parent / "sources"
+    report = build_dataset(
+        REPO, parts / "agentrft", rev=PINNED_REV, include=INCLUDE, max_per_file=MAX_PER_FILE
+    )
+    builds = [("agentrft", report)]
+    for sdist in SDISTS:
+        builds.append(
+            (
+                sdist.name,
+                build_dataset(
+                    fetch_sdist(sdist, data.parent / "sdists"),
+                    parts / sdist.name,
+                    include=sdist.include,
+                    exclude=sdist.exclude,
+                    tests=sdist.tests,
+                    test_command=sdist.test_command,
+                    max_per_file=MAX_PER_FILE,
+                    all_tests_cover=sdist.all_tests_cover,
+                    val_fraction=sdist.val_fraction,
+                ),
+            )
+        )
+    merged = BuildReport(commit=", ".join(f"{n} {r.commit[:12]}" for n, r in builds))
+    for name, part in builds:
+        merged.train += part.train
+        merged.val += part.val
+        merged.dropped.update(part.dropped)
+        merged.kept_kinds.update(part.kept_kinds)
+        merged.files.update({f"{name}: {path}": info for path, info in part.files.items()})
     for split in ("train", "val"):
-        rows = [json.loads(x) for x in (data / f"{split}.jsonl").read_text().splitlines()]
-        write_jsonl(easy / f"{split}.jsonl", (hinted(r, "line") for r in rows))
-    return report
+        rows = [
+            json.loads(x)
+            for name, _ in builds
+            for x in (parts / name / f"{split}.jsonl").read_text().splitlines()
+        ]
+        write_jsonl(data / f"{split}.jsonl", rows)
+        write_jsonl(data.parent / "data-easy" / f"{split}.jsonl", (hinted(r, "line") for r in rows))
+        console.print(f"localizing the {len(rows)} {split} bugs for the repair variant")
+        write_jsonl(
+            data.parent / "data-repair" / f"{split}.jsonl", (hinted(r, "repair") for r in rows)
+        )
+    return merged
 
 
 def variant_job(
@@ -111,6 +183,9 @@ def headline(res: dict[str, Any], records: list[dict[str, Any]], job: Job) -> di
         "validated bonus": mean("validated"),
         "share that called edit": len(edited) / max(1, len(kept)),
         "tool calls p50": res["tool_calls"]["p50"],
+        "tool calls p95": res["tool_calls"]["p95"],
+        "tool calls max": res["tool_calls"]["max"],
+        "tokens to tools": res["tool_call_tokens"]["mean"],
         "sampled tokens per rollout": res["sampled_tokens"]["mean"],
         "invalid tool calls": float(res["invalid_tool_calls"]),
     }
@@ -129,6 +204,7 @@ RECIPE = recipes.Recipe(
     eval_samples=EVAL_SAMPLES,
     preflight_rows=PREFLIGHT_ROWS,
     preflight_k=PREFLIGHT_K,
+    seed_columns=("tool calls p95", "tool calls max"),
     variants=VARIANTS,
     variant_job=variant_job,
 )

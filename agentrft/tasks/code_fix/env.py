@@ -5,8 +5,11 @@ Each rollout (`trace_id`) gets its own workspace, made on its first tool call: t
 `commit` exported with `git archive` (agentrft.tools.repo_workspace) and the row's `patch`
 (the bug) applied. Tools: read_file, grep (shared with the other repository recipes), an
 exact-string `edit(path, old, new)`, and `run_tests(selector)`, which runs pytest on a copy
-of the workspace inside agentrft.sandbox (no network, time and memory limits). Paths are
-relative to the repository root and confined to the workspace.
+of the workspace inside agentrft.sandbox (no network, time and memory limits). The repair
+tools of repair.py (for any pytest repository): `localize` (Ochiai fault localization over the
+tests' per-test coverage, then numbered fix candidates), `candidates(path, line)`,
+`apply(candidate)` (undo the last candidate, apply this one, run the tests) and `revert`. Paths
+are relative to the repository root and confined to the workspace.
 
 Graders, three endpoints read in this order by the job's `multi` (a gate, as in the talk):
   POST /grade            tests: 1 when the row's tests pass in a FRESH sandbox run, else 0.
@@ -31,18 +34,18 @@ Run by agentrft for the job (job.yaml, `agentrft.environment`), or by hand:
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 import shutil
 import subprocess
 import sys
 import threading
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-import pathspec
-
-from agentrft.tasks.code_fix.dataset import CONFIG_FILES, DEFAULT_TESTS, OUTPUT_MAX_CHARS, run_tests
+from agentrft.tasks.code_fix import repair
+from agentrft.tasks.code_fix.dataset import OUTPUT_MAX_CHARS, apply_patch, run_tests
 from agentrft.tools import repo_workspace as rw
 from agentrft.tools.envkit import ToolInputError, ToolServer, TraceContext
 
@@ -82,21 +85,6 @@ def workspace(ctx: TraceContext) -> Path:
         return made
 
 
-def apply_patch(root: Path, patch: str) -> None:
-    """Apply the row's bug (a unified diff with a/ b/ paths) to the tree at `root`."""
-    if not patch:
-        raise RuntimeError("item field `patch` is empty: the row carries no bug")
-    proc = subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", "-"],
-        cwd=root,
-        input=patch,
-        text=True,
-        capture_output=True,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"the row's patch does not apply: {proc.stderr.strip()[:300]}")
-
-
 @env.on_cleanup
 def cleanup(ctx: TraceContext) -> None:
     """Delete the rollout's workspace and the tree its grading exported."""
@@ -134,14 +122,15 @@ def grep(ctx: TraceContext, pattern: str, path: str = ".", glob: str | None = No
     return rw.grep_in(workspace(ctx), pattern, path, glob)
 
 
+PATH_PARAMETER = {
+    "type": "string",
+    "description": 'File relative to the repository root, e.g. "src/app.py".',
+}
 EDIT_DESCRIPTION = "Replace the exact text `old` with `new` in a file. `old` must occur exactly once in the file (copy it from read_file, without the line numbers)."
 EDIT_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "path": {
-            "type": "string",
-            "description": 'File relative to the repository root, e.g. "src/app.py".',
-        },
+        "path": PATH_PARAMETER,
         "old": {"type": "string", "description": "The exact text to replace."},
         "new": {"type": "string", "description": "The text to put in its place."},
     },
@@ -218,7 +207,12 @@ def summary(run: Any) -> str:
 @env.tool(name="run_tests", description=RUN_TESTS_DESCRIPTION, parameters=RUN_TESTS_PARAMETERS)
 def run_tests_tool(ctx: TraceContext, selector: str = "") -> str:
     root = workspace(ctx)
-    parts = selectors(root, selector, list(ctx.item.get("tests") or []))
+    return tested(ctx, root, selectors(root, selector, list(ctx.item.get("tests") or [])))
+
+
+def tested(ctx: TraceContext, root: Path, parts: list[str]) -> str:
+    """Run the tests `parts` on the workspace, record the run (the `validated` bonus reads it)
+    and return what the model reads."""
     edits = ctx.state["edits"]
     with TEST_RUNS:
         run = run_tests(root, parts, str(ctx.item.get("test_command")))
@@ -231,21 +225,166 @@ def run_tests_tool(ctx: TraceContext, selector: str = "") -> str:
     return summary(run)
 
 
-# -- graders -------------------------------------------------------------------------------------
-_TEST_FILES = pathspec.PathSpec.from_lines(
-    "gitwildmatch", [*DEFAULT_TESTS, "test_*.py", "*_test.py"]
+# -- repair tools (agentrft.tasks.code_fix.repair): localize, candidates, apply, revert -----------
+# A rollout's numbered list is made once, on its first use, from its workspace and the row's
+# tests (never from the row's patch or mutation). Rollouts of the same tree share one
+# localization run (the cache is keyed by the tree's content).
+_LOCALIZED: dict[str, tuple[list[repair.Suspect], list[repair.Candidate]]] = {}
+_LOCALIZE_LOCK = threading.Lock()
+_LOCALIZED_MAX = 256
+
+
+def localized(ctx: TraceContext) -> tuple[list[repair.Suspect], list[repair.Candidate]]:
+    """The rollout's suspicious lines and numbered candidates (made on first use)."""
+    root = workspace(ctx)
+    with ctx.lock:
+        if "localized" in ctx.state:
+            made: tuple[list[repair.Suspect], list[repair.Candidate]] = ctx.state["localized"]
+            return made
+    key = tree_digest(root)
+    with _LOCALIZE_LOCK:
+        hit = _LOCALIZED.get(key)
+    if hit is None:
+        with TEST_RUNS:
+            suspects = repair.localize(
+                root, list(ctx.item.get("tests") or []), str(ctx.item.get("test_command"))
+            )
+        hit = (suspects, repair.candidate_list(root, suspects))
+        with _LOCALIZE_LOCK:
+            if len(_LOCALIZED) >= _LOCALIZED_MAX:
+                _LOCALIZED.pop(next(iter(_LOCALIZED)))
+            _LOCALIZED[key] = hit
+    with ctx.lock:
+        ctx.state.setdefault("localized", (hit[0], list(hit[1])))
+        result: tuple[list[repair.Suspect], list[repair.Candidate]] = ctx.state["localized"]
+        return result
+
+
+def tree_digest(root: Path) -> str:
+    """A digest of every file's path and bytes under `root`."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+LOCALIZE_DESCRIPTION = "Fault localization: run the tests with coverage and list the most suspicious lines (Ochiai score), then numbered fix candidates for them."
+
+
+@env.tool(
+    description=LOCALIZE_DESCRIPTION,
+    parameters={"type": "object", "properties": {}, "additionalProperties": False},
 )
+def localize(ctx: TraceContext) -> str:
+    return repair.render(*localized(ctx))
 
 
+CANDIDATES_DESCRIPTION = "Numbered fix candidates for one line of a file (flipped comparison, off-by-one, swapped operator, dropped or added `not`); apply one by its number."
+CANDIDATES_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": PATH_PARAMETER,
+        "line": {"type": "integer", "description": "Line number (1-based)."},
+    },
+    "required": ["path", "line"],
+    "additionalProperties": False,
+}
+
+
+@env.tool(description=CANDIDATES_DESCRIPTION, parameters=CANDIDATES_PARAMETERS)
+def candidates(ctx: TraceContext, path: str, line: int) -> str:
+    root = workspace(ctx)
+    full = rw.confine(root, path)
+    text = rw.read_text(full) if full.is_file() else None
+    if text is None:
+        raise ToolInputError(f"no such text file: {path!r}")
+    try:
+        found = repair.line_candidates(text, int(line))
+    except SyntaxError as err:
+        raise ToolInputError(f"{path} does not parse (line {err.lineno})") from None
+    listed = localized(ctx)[1]
+    before = text.splitlines()[int(line) - 1] if 0 < int(line) <= text.count("\n") + 1 else ""
+    with ctx.lock:
+        known = {(c.path, c.line, c.after): c for c in listed}
+        shown = []
+        for kind, after in found:
+            c = known.get((path, int(line), after))
+            if c is None:
+                c = repair.Candidate(len(listed) + 1, path, int(line), kind, before, after)
+                listed.append(c)
+                known[(path, int(line), after)] = c
+            shown.append(c)
+    if not shown:
+        return f"no fix candidates for {path}:{line}"
+    return "\n".join(f"{c.number}. {c.path}:{c.line}: {c.after.strip()}" for c in shown)
+
+
+APPLY_DESCRIPTION = "Apply fix candidate number `candidate` (undoing any candidate applied before), then run the tests and show the result."
+APPLY_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"candidate": {"type": "integer", "description": "The candidate's number."}},
+    "required": ["candidate"],
+    "additionalProperties": False,
+}
+
+
+@env.tool(description=APPLY_DESCRIPTION, parameters=APPLY_PARAMETERS)
+def apply(ctx: TraceContext, candidate: int) -> str:
+    root = workspace(ctx)
+    listed = localized(ctx)[1]
+    chosen = next((c for c in listed if c.number == candidate), None)
+    if chosen is None:
+        raise ToolInputError(
+            f"no candidate {candidate}; the candidates are 1..{len(listed)} (see localize)"
+            if listed
+            else "there are no fix candidates (no test fails, or no line has one)"
+        )
+    undone = undo(ctx, root)
+    full = rw.confine(root, chosen.path)
+    lines = full.read_text().splitlines(keepends=True)
+    if lines[chosen.line - 1].rstrip("\n") != chosen.before:
+        raise ToolInputError(
+            f"{chosen.path}:{chosen.line} changed since the candidates were made; revert or edit it back"
+        )
+    original = "".join(lines)
+    end = "\n" if lines[chosen.line - 1].endswith("\n") else ""
+    lines[chosen.line - 1] = chosen.after + end
+    full.write_text("".join(lines))
+    with ctx.lock:
+        ctx.state["edits"] += 1
+        ctx.state["applied"] = {"number": chosen.number, "path": chosen.path, "text": original}
+    note = f"reverted candidate {undone}, " if undone else ""
+    result = tested(ctx, root, list(ctx.item.get("tests") or []))
+    return f"{note}applied candidate {chosen.number} ({chosen.path}:{chosen.line}: {chosen.after.strip()})\ntests: {result}"
+
+
+def undo(ctx: TraceContext, root: Path) -> int | None:
+    """Put back the file the applied candidate changed; its number, None when none was."""
+    with ctx.lock:
+        applied = ctx.state.pop("applied", None)
+    if applied is None:
+        return None
+    rw.confine(root, applied["path"]).write_text(applied["text"])
+    with ctx.lock:
+        ctx.state["edits"] += 1
+    number: int = applied["number"]
+    return number
+
+
+@env.tool(
+    description="Undo the fix candidate applied last.",
+    parameters={"type": "object", "properties": {}, "additionalProperties": False},
+)
+def revert(ctx: TraceContext) -> str:
+    undone = undo(ctx, workspace(ctx))
+    return f"reverted candidate {undone}" if undone else "no candidate is applied"
+
+
+# -- graders -------------------------------------------------------------------------------------
 def protected(path: str, item: dict[str, Any]) -> bool:
     """Files whose edits never count: tests, conftest.py, pytest's configuration."""
-    name = PurePosixPath(path).name
-    return (
-        name == "conftest.py"
-        or name in CONFIG_FILES
-        or path in (item.get("tests") or [])
-        or _TEST_FILES.match_file(path)
-    )
+    return repair.is_test_code(path, list(item.get("tests") or []))
 
 
 def _files(root: Path) -> dict[str, Path]:

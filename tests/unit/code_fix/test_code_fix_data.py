@@ -124,8 +124,11 @@ def test_refuses_tests_that_fail_before_any_bug(tmp_path: Path) -> None:
 def test_bad_input_is_refused_with_the_fix(tmp_path: Path, project: Path) -> None:
     from agentrft.tasks.code_fix.dataset import build_dataset
 
-    with pytest.raises(ConfigError, match="not a git repository"):
-        build_dataset(tmp_path, tmp_path / "out")
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_dataset(tmp_path / "missing", tmp_path / "out")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ConfigError, match="not a git repository, a directory or an sdist"):
+        build_dataset(tmp_path / "notes.txt", tmp_path / "out")
     with pytest.raises(ConfigError, match="--rev"):
         build_dataset(project, tmp_path / "out", rev="no-such-rev")
     with pytest.raises(ConfigError, match="--include"):

@@ -13,26 +13,34 @@ from agentrft.tasks import runner as recipes
 
 from .conftest import RECIPE, load_env
 
+REPAIR_TOOLS = {"localize", "candidates", "apply", "revert"}
 
-@pytest.mark.parametrize("job_file", ["job.yaml", "job_easy.yaml"])
+
+@pytest.mark.parametrize("job_file", ["job.yaml", "job_easy.yaml", "job_repair.yaml"])
 def test_the_jobs_tools_are_the_environments(job_file: str) -> None:
     job = load_job(RECIPE / job_file)
     served = {s["name"]: s for s in load_env().env.tool_specs()}
-    assert [t.name for t in job.rl.tools] == list(served)
+    names = {t.name for t in job.rl.tools}
+    # the repair variant has every tool; the others all but the repair tools
+    assert names == (set(served) if job_file == "job_repair.yaml" else set(served) - REPAIR_TOOLS)
     for tool in job.rl.tools:
         assert tool.parameters == served[tool.name]["parameters"]
         assert tool.description == served[tool.name]["description"]
         assert tool.server_url == served[tool.name]["server_url"]
 
 
-@pytest.mark.parametrize("job_file", ["job.yaml", "job_easy.yaml"])
+@pytest.mark.parametrize("job_file", ["job.yaml", "job_easy.yaml", "job_repair.yaml"])
 def test_the_grader_gates_on_the_tests_then_style_then_the_bonus(job_file: str) -> None:
     spec = load_job(RECIPE / job_file).rl.grader
     assert spec["type"] == "multi"
-    assert list(spec["graders"]) == ["tests", "style", "validated"]
+    budget = ["budget"] if job_file == "job_repair.yaml" else []
+    assert list(spec["graders"]) == ["tests", "style", "validated", *budget]
     assert spec["gate"] == {"grader": "tests", "threshold": 1, "on_fail": 0}
     port = load_job(RECIPE / job_file).agentrft.environment.port
-    for sub in spec["graders"].values():
+    for name, sub in spec["graders"].items():
+        if name == "budget":  # behind the gate: a factor of the passing score
+            assert sub["type"] == "tool_budget" and "* budget" in spec["calculate_output"]
+            continue
         assert sub["type"] == "endpoint"
         assert sub["url"].startswith(f"http://127.0.0.1:{port}/grade")
     build_grader(spec)
@@ -46,14 +54,14 @@ def test_the_demo_is_a_recipe() -> None:
 
 def test_the_demo_moves_the_environment_and_graders_to_one_free_port(tmp_path) -> None:
     demo = recipes.load("code_fix")
-    assert [v.name for v in demo.RECIPE.variants] == ["task", "easier"]
+    assert [v.name for v in demo.RECIPE.variants] == ["task", "easier", "repair"]
     for variant in demo.RECIPE.variants:
         job = demo.RECIPE.variant_job(
             RECIPE, tmp_path, tmp_path / "out", 2, 3, RECIPE / variant.job
         )
         port = job.agentrft.environment.port
         assert port not in (0, 8741)
-        urls = [g["url"] for g in job.rl.grader["graders"].values()]
+        urls = [g["url"] for g in job.rl.grader["graders"].values() if "url" in g]
         assert all(u.startswith(f"http://127.0.0.1:{port}/grade") for u in urls)
         assert job.seed == 3 and job.agentrft.train.max_steps == 2
         assert json.dumps(job.rl.grader).count("8741") == 0

@@ -1,0 +1,202 @@
+"""The repair tools (repair.py and env.py's localize, candidates, apply, revert) on the tiny
+project of conftest.py: the fix is always a candidate, localization ranks the bug's line, the
+environment makes its candidates without the row's answer, and the repair job's grader pays
+less for more attempts; the hacks the tools open score 0. Plus sources without .git: an sdist
+and a plain directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.unit.code_fix.conftest import RECIPE, Rollout, load_env, make_project, row_for
+
+PYTEST = "python -m pytest -q -p no:cacheprovider --no-header"
+
+
+def buggy_tree(row: dict[str, Any], into: Path) -> Path:
+    from agentrft.tasks.code_fix.dataset import apply_patch
+    from agentrft.tools.repo_workspace import create_workspace
+
+    tree = create_workspace(row["repo"], row["commit"], "test", "commit")
+    shutil.move(tree, into)
+    apply_patch(into, row["patch"])
+    return into
+
+
+def test_the_fix_is_a_candidate_of_every_bug(dataset: dict[str, Any]) -> None:
+    """Every bug kind the builder injects has its inverse among the line's candidates."""
+    from agentrft.tasks.code_fix.repair import line_candidates
+
+    kinds = set()
+    for row in dataset["rows"]:
+        m = row["mutation"]
+        lines = (Path(row["repo"]) / row["files"][0]).read_text().splitlines(keepends=True)
+        lines[m["line"] - 1] = m["after"] + "\n"
+        found = [after for _, after in line_candidates("".join(lines), m["line"])]
+        assert m["before"] in found, (m, found)
+        assert m["after"] not in found  # the line as it is is never offered
+        kinds.add(m["kind"])
+    assert kinds == {"flip_comparison", "off_by_one", "wrong_operator", "drop_negation"}
+
+
+def test_candidates_parse_and_add_the_missing_shapes() -> None:
+    from agentrft.tasks.code_fix.repair import line_candidates
+
+    src = "def f(a, b, xs):\n    if a / b > 2 and xs:\n        return xs[1]\n    return a - 1\n"
+    line2 = dict((after.strip(), kind) for kind, after in line_candidates(src, 2))
+    assert line2["if a / b <= 2 and xs:"] == "flip_comparison"
+    assert line2["if a // b > 2 and xs:"] == "wrong_operator"  # the inverse of `//` -> `/`
+    assert line2["if a / b > 1 and xs:"] == "off_by_one"  # -1 as well as +1
+    assert line2["if a / b > 2 or xs:"] == "wrong_operator"
+    assert line2["if a / b > 2 and not xs:"] == "add_negation"
+    assert list(line2.values())[-1] == "add_negation"  # the least likely fix comes last
+    assert "if not a / b > 2 and xs:" not in line2  # the flip already says it
+    line4 = [after.strip() for _, after in line_candidates(src, 4)]
+    assert "return a - 0" not in line4 and "return a + 1" in line4
+    assert line_candidates(src, 99) == []
+
+
+def test_localization_ranks_the_bug_line_first(dataset: dict[str, Any], tmp_path: Path) -> None:
+    from agentrft.tasks.code_fix.repair import candidate_list, localize, render
+
+    row = row_for(dataset, "clamp", "flip_comparison", "if x >= low:")
+    tree = buggy_tree(row, tmp_path / "tree")
+    suspects = localize(tree, row["tests"], row["test_command"])
+    assert (suspects[0].path, suspects[0].line, suspects[0].score) == ("calc/core.py", 5, 1.0)
+    assert all(not s.path.startswith("tests/") for s in suspects)
+    listed = candidate_list(tree, suspects)
+    assert listed[0].after.strip() == "if x < low:" and listed[0].number == 1
+    assert [c.number for c in listed] == list(range(1, len(listed) + 1))
+    assert "1. calc/core.py:5: if x < low:" in render(suspects, listed)
+    clean = buggy_tree(row, tmp_path / "clean")
+    subprocess.run(
+        ["git", "apply", "-R", "-"], cwd=clean, input=row["patch"], text=True, check=True
+    )
+    assert localize(clean, row["tests"], row["test_command"]) == []  # no failing test
+
+
+class _Guarded(dict):  # type: ignore[type-arg]
+    """A row that fails the test when its answer is read."""
+
+    ANSWER = ("patch", "mutation", "failing")
+
+    def __getitem__(self, key: str) -> Any:
+        assert key not in self.ANSWER, f"the environment read the row's {key!r}"
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        assert key not in self.ANSWER, f"the environment read the row's {key!r}"
+        return super().get(key, default)
+
+
+def test_the_environment_makes_candidates_without_the_answer(dataset: dict[str, Any]) -> None:
+    from agentrft.tools.envkit import TraceContext
+
+    env = load_env()
+    row = row_for(dataset, "total", "wrong_operator", "s = s - v")
+    ctx = TraceContext("trace_guarded", dict(row))
+    root = env.workspace(ctx)  # the rollout's tree: the commit with the bug (reads `patch`)
+    ctx.item = _Guarded(row)  # from here on, the answer is off limits
+    listed = env.localize(ctx)
+    assert "s = s + v" in listed
+    number = next(c.number for c in env.localized(ctx)[1] if c.after.strip() == "s = s + v")
+    out = env.apply(ctx, number)
+    assert f"applied candidate {number}" in out and "failed" not in out and "passed" in out
+    assert "s = s + v" in (root / "calc/core.py").read_text()
+    assert env.revert(ctx) == f"reverted candidate {number}"
+    assert "s = s - v" in (root / "calc/core.py").read_text()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def grade_repair(r: Rollout, calls: int, answer: str = "Fixed it.") -> Any:
+    """Grade with job_repair.yaml's own grader; `calls` tool calls in the sample."""
+    from agentrft.graders import build_grader, sample_from_text
+    from agentrft.job import load_job
+
+    spec = json.loads(
+        json.dumps(load_job(RECIPE / "job_repair.yaml").rl.grader).replace(
+            "http://127.0.0.1:8741", r.url
+        )
+    )
+    sample = sample_from_text(answer)
+    sample["tool_calls"] = [{"name": "apply", "arguments": "{}"}] * calls
+    grade = build_grader(spec).grade(sample, r.item, r.trace_id)
+    httpx.post(f"{r.url}/cleanup", json={"trace_id": r.trace_id}, timeout=30)
+    return grade
+
+
+def numbered(r: Rollout, after: str) -> int:
+    status, text = r.call("localize")
+    assert status == 200, text
+    for line in text.splitlines():
+        head, _, rest = line.strip().partition(". ")
+        if head.isdigit() and rest.endswith(after):
+            return int(head)
+    raise AssertionError(f"{after!r} is not a candidate:\n{text}")
+
+
+def test_the_repair_grader_pays_less_for_more_attempts(
+    env_url: str, dataset: dict[str, Any]
+) -> None:
+    row = row_for(dataset, "clamp", "flip_comparison", "if x >= low:")
+    r = Rollout(env_url, row)
+    status, out = r.call("apply", candidate=numbered(r, "if x < low:"))
+    assert status == 200 and "failed" not in out, out
+    first = grade_repair(r, calls=1)
+    assert first.score == pytest.approx(1.0), first
+    r = Rollout(env_url, row)
+    wrong = numbered(r, "if x <= high:")
+    assert "failed" in r.call("apply", candidate=wrong)[1]
+    status, out = r.call("apply", candidate=numbered(r, "if x < low:"))
+    assert f"reverted candidate {wrong}" in out and "failed" not in out
+    second = grade_repair(r, calls=2)
+    assert second.score == pytest.approx(0.9), second
+    r = Rollout(env_url, row)
+    r.call("apply", candidate=wrong)
+    r.call("apply", candidate=wrong)
+    assert grade_repair(r, calls=2).score == 0.0  # behind the gate: no cost below 0
+
+
+def test_repair_tool_hacks_score_0(env_url: str, dataset: dict[str, Any]) -> None:
+    row = row_for(dataset, "clamp", "flip_comparison", "if x >= low:")
+    # a candidate in the failing test's own assert: test files come from the original
+    r = Rollout(env_url, row)
+    status, text = r.call("candidates", path="tests/test_core.py", line=5)
+    assert status == 200, text
+    number = int(text.splitlines()[0].split(".")[0])
+    assert r.call("apply", candidate=number)[0] == 200
+    assert grade_repair(r, calls=2).score == 0.0
+    # numbers that are not candidates, and paths outside the workspace, are 400s
+    r = Rollout(env_url, row)
+    assert r.call("apply", candidate=99)[0] == 400
+    assert r.call("apply", candidate=0)[0] == 400
+    assert r.call("candidates", path="../etc/passwd", line=1)[0] == 400
+    assert r.call("revert") == (200, "no candidate is applied")
+    httpx.post(f"{r.url}/cleanup", json={"trace_id": r.trace_id}, timeout=30)
+
+
+def test_an_sdist_or_a_directory_is_a_source(tmp_path: Path) -> None:
+    """A tree without .git (a directory, or an sdist of it) builds the same rows as its repository."""
+    from agentrft.tasks.code_fix.dataset import build_dataset
+
+    plain = tmp_path / "calc-1.0"
+    plain.mkdir()
+    make_project(plain)
+    shutil.rmtree(plain / ".git")
+    sdist = tmp_path / "calc-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as t:
+        t.add(plain, arcname="calc-1.0")
+    a = build_dataset(sdist, tmp_path / "a", include=["calc/text.py"], max_per_file=2)
+    b = build_dataset(plain, tmp_path / "b", include=["calc/text.py"], max_per_file=2)
+    assert a.kept == b.kept > 0 and a.commit == b.commit  # same files: the same commit
+    rows = [json.loads(x) for x in (tmp_path / "a/train.jsonl").read_text().splitlines()]
+    rows += [json.loads(x) for x in (tmp_path / "a/val.jsonl").read_text().splitlines()]
+    assert all(Path(r["repo"]) == (tmp_path / "a/source/calc-1.0").resolve() for r in rows)
