@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agentrft.policy.precision import MIN_PACKING_SPEEDUP, PACK_ROWS, packing_speedup
+from agentrft.policy.precision import PACK_ROWS, use_packing
 from agentrft.policy.prefill import (
     current_shared_prefix,
     decode_attention,
@@ -115,9 +115,7 @@ class LlamaDecodeStep:
         if stamp != self._stamp or self._head is None:
             dtype = self._sources[0].dtype
             self._packed = (
-                self.pack
-                and self._sources[0].device.type == "cpu"
-                and packing_speedup(dtype) >= MIN_PACKING_SPEEDUP
+                self.pack and self._sources[0].device.type == "cpu" and use_packing(dtype)
             )
 
             def prep(*weights: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:

@@ -23,13 +23,11 @@ from agentrft.policy.decode import LlamaDecodeStep
 from agentrft.policy.kv_cache import PrefixCache
 from agentrft.policy.models import resolve_model
 from agentrft.policy.precision import (
-    MIN_PACKING_SPEEDUP,
-    PACK_ROWS,
     DtypeChoice,
     PackedLinears,
     bf16_autocast,
-    packing_speedup,
     resolve_dtype,
+    use_packing,
 )
 from agentrft.policy.prefill import (
     SharedPrefix,
@@ -182,22 +180,17 @@ class HFPolicy:
         return bf16_autocast(self._needs_autocast(), self.device)
 
     def packed_linears(self) -> PackedLinears | None:
-        """The sampling model's prepacked weights, made at first use on a CPU where packing
-        measured at least MIN_PACKING_SPEEDUP x as fast as plain matmuls; else None."""
+        """The sampling model's prepacked weights, made at first use on a CPU where
+        `use_packing` says so (measured faster, pinned by a resumed run, or set by hand)."""
         if not self.pack_linears or self.device.type != "cpu":
             return None
         if self._packs is None:
             dtype = next(self.sampler_model.parameters()).dtype
-            speedup = packing_speedup(dtype)
-            if speedup < MIN_PACKING_SPEEDUP:
-                log.info("sampler matmuls on plain weights (prepacked: %.2fx)", speedup)
+            if not use_packing(dtype):
+                log.info("sampler matmuls on plain weights")
                 self.pack_linears = False
                 return None
-            log.info(
-                "sampler matmuls on weights prepacked for oneDNN (%.1fx plain at %d rows)",
-                speedup,
-                PACK_ROWS,
-            )
+            log.info("sampler matmuls on weights prepacked for oneDNN")
             self._packs = PackedLinears(self.sampler_model)
         return self._packs
 

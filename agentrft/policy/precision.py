@@ -17,6 +17,13 @@ the sampling model's weights are prepacked where that measures faster.
     bf16_autocast(...)  the one bf16 autocast, for sampling and for the update
     PackedLinears       prepacked copies of a model's Linear weights, used inside `active()`
     packing_speedup()   prepacked over plain matmul throughput on this CPU, once per process
+    use_packing(dtype)  the choice made from it, once per process (or pinned: see below)
+
+The packing choice is timed, so two processes on one busy machine can choose differently,
+and the two layouts round differently: a resumed run would then sample other tokens than
+the run it continues. A run therefore records its choices (`packing_choices`) in each
+checkpoint, and a resume pins them (`pin_packing`). `AGENTRFT_PACKED_MATMULS=on|off` fixes
+the choice for a process by hand.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+
+from agentrft.errors import ConfigError
 
 Dtype = Literal["fp32", "bf16"]
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 CPU flags of native bf16 matrix arithmetic
@@ -174,6 +183,34 @@ def resolve_dtype(requested: str, device_type: str) -> DtypeChoice:
 
 PACK_ROWS = 16  # the row count oneDNN is told to expect: a decode batch
 MIN_PACKING_SPEEDUP = 1.1  # prepack only where it is clearly faster than plain `linear`
+PACKING_ENV = "AGENTRFT_PACKED_MATMULS"  # on | off: the choice by hand, for this process
+_PACKING: dict[str, bool] = {}  # dtype name -> packed, as chosen (or pinned) in this process
+
+
+def use_packing(dtype: torch.dtype) -> bool:
+    """Whether the sampler's matmuls in `dtype` run on prepacked weights, in this process:
+    pinned by `pin_packing`, else set by AGENTRFT_PACKED_MATMULS, else measured once. Never
+    where this CPU's oneDNN cannot pack `dtype` (a run resumed on another machine)."""
+    key = str(dtype).removeprefix("torch.")
+    if key not in _PACKING:
+        by_hand = os.environ.get(PACKING_ENV, "").strip().lower()
+        if by_hand not in ("", "on", "off"):
+            raise ConfigError(f"{PACKING_ENV}={by_hand!r}: use on or off, or leave it unset")
+        _PACKING[key] = (
+            by_hand == "on" if by_hand else packing_speedup(dtype) >= MIN_PACKING_SPEEDUP
+        )
+    return _PACKING[key] and _packing_sample(dtype) is not None
+
+
+def packing_choices() -> dict[str, bool]:
+    """The choices made so far in this process, by dtype name: what a checkpoint records."""
+    return dict(_PACKING)
+
+
+def pin_packing(choices: dict[str, bool]) -> None:
+    """Make the choices a checkpoint recorded this process's, so a resumed run samples
+    with the layout (and so the rounding) of the run it continues."""
+    _PACKING.update(choices)
 
 
 def _packed_linear(
@@ -183,12 +220,11 @@ def _packed_linear(
 
 
 @functools.cache
-def packing_speedup(dtype: torch.dtype, seconds: float = 0.05) -> float:
-    """Prepacked over plain `linear` throughput on this CPU at a decode batch's row count, for
-    a small model's MLP weight in `dtype`; 0.0 where oneDNN cannot run it or its result
-    differs. The fastest of repeated calls counts, so a busy machine's pauses do not."""
+def _packing_sample(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """An input, a small model's MLP weight and its prepacked copy in `dtype`, or None where
+    oneDNN cannot pack it or its product differs from plain `linear`'s."""
     if not torch.backends.mkldnn.is_available():
-        return 0.0
+        return None
     x = torch.randn(PACK_ROWS, 512).to(dtype)
     w = torch.randn(2048, 512).to(dtype)
     try:
@@ -200,9 +236,19 @@ def packing_speedup(dtype: torch.dtype, seconds: float = 0.05) -> float:
             atol=1e-2 * float(w.float().abs().max()),
         )
     except RuntimeError:
+        return None
+    return (x, w, packed) if same else None
+
+
+@functools.cache
+def packing_speedup(dtype: torch.dtype, seconds: float = 0.05) -> float:
+    """Prepacked over plain `linear` throughput on this CPU at a decode batch's row count, for
+    a small model's MLP weight in `dtype`; 0.0 where oneDNN cannot run it or its result
+    differs. The fastest of repeated calls counts, so a busy machine's pauses do not."""
+    sample = _packing_sample(dtype)
+    if sample is None:
         return 0.0
-    if not same:
-        return 0.0
+    x, w, packed = sample
 
     def fastest(kernel: Callable[[], Any]) -> float:
         kernel()

@@ -2,7 +2,7 @@
 
 A checkpoint (`RUN_DIR/checkpoints/step-N/`) holds everything needed to continue exactly:
 the adapter weights (safetensors via peft) or full weights, the optimiser state, the RNG
-states and the step (the data cursor follows from it: each epoch's row order is a pure
+states, the sampler's matmul layout (timed per process, so pinned on resume) and the step (the data cursor follows from it: each epoch's row order is a pure
 function of the seed). `checkpoints/latest` names the newest complete one; a checkpoint is
 written to a temporary folder and renamed, so a crash never leaves a half-written "latest".
 The final export adds `final/merged/`, a plain transformers model directory.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from agentrft.job import Train
+from agentrft.policy.precision import packing_choices, pin_packing
 
 
 def make_trainable(model: Any, cfg: Train, seed: int) -> Any:
@@ -52,6 +53,8 @@ def make_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.Op
 class TrainState:
     step: int = 0  # training steps completed (each: rollouts, grades, one update)
     seed: int = 0
+    # the sampler's matmul layout by dtype (policy.precision.use_packing), pinned on resume
+    packed_matmuls: dict[str, bool] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -89,6 +92,7 @@ def save_checkpoint(
         model.save_pretrained(tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(_rng_state(), tmp / "rng.pt")
+    state.packed_matmuls = packing_choices()
     state.save(tmp / "state.json")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
@@ -123,7 +127,9 @@ def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer) ->
         model.load_state_dict(weights, strict=False)
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     _set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    return TrainState.load(path / "state.json")
+    state = TrainState.load(path / "state.json")
+    pin_packing(state.packed_matmuls)
+    return state
 
 
 def export_final(run_dir: Path, model: Any, tokenizer: Any) -> Path:

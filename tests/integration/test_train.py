@@ -102,18 +102,31 @@ def test_two_steps_change_the_lora_weights_and_write_checkpoints(tmp_path):
 
 
 def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
+    """Every run is its own process, as a user's are, so nothing in this one (the suite's
+    earlier tests) can differ between them. Both first runs sample on prepacked weights, set
+    by hand; the resume is told plain weights, and must keep the layout its checkpoint
+    recorded (a timed choice can differ between two processes on a busy machine)."""
+    from agentrft.policy.precision import PACKING_ENV
+
+    log = tmp_path / "train.log"
+
+    def cli_train(*args: str, packed: str) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "agentrft.cli", "train", *args],
+                env={**os.environ, "PYTHONUNBUFFERED": "1", PACKING_ENV: packed},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def finish(proc: subprocess.Popen[bytes]) -> None:
+        assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    train(load_job(make_job(tmp_path / "a", 3)), tmp_path / "a/run")
-    job_b = make_job(tmp_path / "b", 3)
-    run_b = tmp_path / "b/run"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentrft.cli", "train", str(job_b), "--out", str(run_b)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    run_a, run_b = tmp_path / "a/run", tmp_path / "b/run"
+    finish(cli_train(str(make_job(tmp_path / "a", 3)), "--out", str(run_a), packed="on"))
+    proc = cli_train(str(make_job(tmp_path / "b", 3)), "--out", str(run_b), packed="on")
     latest = run_b / "checkpoints/latest"
     try:
         deadline = time.monotonic() + 600
@@ -128,12 +141,13 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path):
     killed_at = latest.read_text()
     assert killed_at in ("step-1", "step-2"), killed_at
     assert not (run_b / "final").exists()
-    from agentrft.train.loop import start
-
-    start("", resume=str(run_b))
-    a, b = adapter(tmp_path / "a/run/checkpoints/step-3"), adapter(run_b / "checkpoints/step-3")
+    finish(cli_train("--resume", str(run_b), packed="off"))
+    a, b = adapter(run_a / "checkpoints/step-3"), adapter(run_b / "checkpoints/step-3")
     assert a.keys() == b.keys()
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
+    for run in (run_a, run_b):  # the resume kept the recorded layout, not the one it was told
+        state = json.loads((run / "checkpoints/step-3/state.json").read_text())
+        assert state["packed_matmuls"] == {"float32": True}
     steps = [json.loads(x)["step"] for x in (run_b / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]  # nothing logged twice or lost across the kill

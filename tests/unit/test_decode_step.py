@@ -13,7 +13,6 @@ import torch
 from transformers import LlamaForCausalLM
 
 from agentrft.policy import SamplingParams
-from agentrft.policy import decode as decode_module
 from agentrft.policy.decode import LlamaDecodeStep
 from agentrft.policy.hf import HFPolicy
 from agentrft.policy.prefill import SharedPrefix, prefill_prompts, shared_prefix
@@ -72,7 +71,8 @@ def test_decode_steps_equal_transformers_forward(
             "this CPU's oneDNN cannot prepack bf16 weights (needs avx512bw/vl/dq or avx_ne_convert)"
         )
     # prepack whatever this CPU measures, so both paths are covered everywhere
-    monkeypatch.setattr(decode_module, "packing_speedup", lambda dtype: 9.0 if packed else 0.0)
+    monkeypatch.setattr("agentrft.policy.precision._PACKING", {})
+    monkeypatch.setenv("AGENTRFT_PACKED_MATMULS", "on" if packed else "off")
     policy = policy_of(tiny_llama(), tokenizer, dtype)
     ref, ours, ref_cache, our_cache = run_both(policy, PROMPTS[layout], steps=5)
     assert policy.decode_step is not None and policy.decode_step._packed is packed

@@ -93,7 +93,8 @@ def tiny_policy(tokenizer: Any) -> Any:
 def test_sampling_on_packed_weights_matches_plain_weights(
     tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agentrft.policy.hf.packing_speedup", lambda dtype: 2.0)
+    monkeypatch.setattr("agentrft.policy.precision._PACKING", {})
+    monkeypatch.setattr("agentrft.policy.precision.packing_speedup", lambda dtype: 2.0)
     policy = tiny_policy(tokenizer)
     prompts = [tokenizer.encode("Tell me a story.")] * 3 + [tokenizer.encode("Hi")]
     params = SamplingParams(temperature=1.0, max_tokens=12)
@@ -111,8 +112,31 @@ def test_sampling_on_packed_weights_matches_plain_weights(
 def test_packing_is_skipped_where_it_does_not_pay(
     tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agentrft.policy.hf.packing_speedup", lambda dtype: 0.9)
+    monkeypatch.setattr("agentrft.policy.precision._PACKING", {})
+    monkeypatch.setattr("agentrft.policy.precision.packing_speedup", lambda dtype: 0.9)
     policy = tiny_policy(tokenizer)
     policy.sample([tokenizer.encode("Hi")], SamplingParams(max_tokens=2), seeds=[0])
     assert policy._packs is None and policy.pack_linears is False
     assert not any(type(m) is PackableLinear for m in policy.model.modules())
+
+
+def test_the_packing_choice_is_set_by_hand_pinned_over_that_and_refuses_typos(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentrft.errors import ConfigError
+    from agentrft.policy import precision
+
+    monkeypatch.setattr(precision, "_PACKING", {})
+    monkeypatch.setattr(precision, "packing_speedup", lambda dtype: 5.0)
+    monkeypatch.setenv(precision.PACKING_ENV, "off")
+    assert precision.use_packing(torch.float32) is False  # by hand, over the measurement
+    assert precision.packing_choices() == {"float32": False}
+    monkeypatch.setattr(precision, "_PACKING", {})
+    precision.pin_packing({"float32": True})  # a resumed run's checkpoint, over the env
+    assert precision.use_packing(torch.float32) is (
+        precision._packing_sample(torch.float32) is not None
+    )
+    monkeypatch.setattr(precision, "_PACKING", {})
+    monkeypatch.setenv(precision.PACKING_ENV, "yes")
+    with pytest.raises(ConfigError, match="AGENTRFT_PACKED_MATMULS='yes': use on or off"):
+        precision.use_packing(torch.float32)

@@ -27,7 +27,7 @@ def tiny_llama(vocab: int = 100, **overrides: Any) -> LlamaForCausalLM:
 
 def onednn_packs(dtype: torch.dtype) -> bool:
     """Whether this CPU's oneDNN can prepack a `dtype` linear weight (bf16 needs avx512bw/vl/dq
-    or avx_ne_convert; agentrft then does not pack, see policy.precision.packing_speedup)."""
+    or avx_ne_convert; agentrft then does not pack, see policy.precision.use_packing)."""
     if not torch.backends.mkldnn.is_available():
         return False
     try:
