@@ -13,6 +13,9 @@ format (`policy.tool_format`):
   `strict: true`; rollouts with `agentrft.sampling.constrained_tool_calls`).
 `inside_call` says the prefill already wrote the opening of the call (`<tool_call>` for
 `required`, up to the arguments for `named`), so the grammar starts after it.
+The arguments are compiled in xgrammar's strict mode: a property the schema does not name is
+never generated, even where the schema leaves `additionalProperties` open (the 135M model's
+free calls add such keys, which tools then refuse: bench/RESULTS.md section 10).
 
 Cost on the 135M model's tokenizer (2-core AMD EPYC, AVX2, shared): the tokenizer table is
 built once per tokenizer (about 1.3 s), a grammar compiles in about 50 ms, and a mask costs
