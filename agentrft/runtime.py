@@ -160,20 +160,13 @@ def sampling_params(
 
 def tool_call_constraint(job: Job) -> ToolCallGrammar:
     """The grammar of `agentrft.sampling.constrained_tool_calls`: free text, but each
-    `<tool_call>` the policy opens must name a job tool and match its parameters' schema."""
+    `<tool_call>` the policy opens must name a job tool and match its parameters' schema. A
+    reply's prefill is read by the grammar first (`ToolCallGrammar.after`), so a prefill may
+    open the call and leave only its arguments, or part of them, to the model."""
     from agentrft.policy.constrain import tool_call_grammar
-    from agentrft.policy.tool_format import OPEN
 
     if not job.rl.tools:
         raise ConfigError("agentrft.sampling.constrained_tool_calls needs tools in the job")
-    prefills = job.agentrft.prefill
-    for p in [prefills] if isinstance(prefills, str) else prefills or []:
-        if OPEN in p:
-            raise ConfigError(
-                f"agentrft.sampling.constrained_tool_calls: the prefill {p!r} opens a tool call, "
-                "which the grammar cannot see; drop `<tool_call>` from the prefill (the grammar "
-                "holds the calls the model writes) or turn constrained_tool_calls off"
-            )
     return tool_call_grammar([(t.name, t.parameters) for t in job.rl.tools], "auto")
 
 

@@ -4,9 +4,8 @@ tool calls (`agentrft.sampling.constrained_tool_calls`), on one job's rows.
     .venv/bin/python bench/constrained_calls.py [JOB] [--data FILE] [--rows N] [-k 4]
         [--no-few-shot]
 
-JOB defaults to the quickstart. The constraint refuses a prefill that opens a tool call (the
-grammar must hold the whole call), so both variants drop the job's prefill: the model decides
-alone whether and how to call. `--no-few-shot` also drops the job's worked examples. Both
+JOB defaults to the quickstart. Both variants drop the job's prefill (the quickstart's opens
+the call), so the model decides alone whether and how to call. `--no-few-shot` also drops the job's worked examples. Both
 variants run one after the other on the same rows, seed and temperature, from the base model;
 the table prints invalid calls (a `<tool_call>` that does not parse or fails its tool's
 schema), calls made, tool errors and reward. The two evals are written under --out.

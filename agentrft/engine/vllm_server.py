@@ -29,12 +29,12 @@ import httpx
 
 from agentrft.console import console
 from agentrft.errors import EngineUnavailable
+from agentrft.lifetime import die_with_parent
 from agentrft.tools.envkit import free_port
 
 SCRIPT = Path(__file__).with_name("vllm_main.py")
 PYTHON_ENV = "AGENTRFT_ENGINE_PYTHON"
 STOP_GRACE_S = 20.0
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def engine_python(explicit: str | None = None) -> Path:
@@ -152,7 +152,7 @@ def vllm_server(spec: ServerSpec, log_path: Path) -> Iterator[str]:
             stdin=subprocess.DEVNULL,
             env=_environment(spec, python),
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         try:
             with console.status(f"starting the vLLM engine on {spec.model_dir.name} ({url})"):
@@ -163,15 +163,6 @@ def vllm_server(spec: ServerSpec, log_path: Path) -> Iterator[str]:
             yield url
         finally:
             stop_process_group(proc)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when agentrft dies, even by SIGKILL, so no
-    engine is left holding memory and a port (Linux; elsewhere the `finally` still runs)."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout_s: float, log: Path) -> None:

@@ -6,7 +6,7 @@ The rollout engine only needs `sample`; the trainer additionally uses the HF bac
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -26,6 +26,15 @@ class SamplingParams:
     # the grammar the sampled tokens must follow (`policy.constrain`); log-probs are then of
     # the masked, renormalised distribution
     constraint: ToolCallGrammar | None = None
+
+
+def after_prefill(params: SamplingParams, prefill: str | None) -> SamplingParams | None:
+    """The parameters of a reply that starts with `prefill`: the same, but a grammar that has
+    already read the prefill (it may open a tool call). None when they do not change, so the
+    request batches with the rest under the sampler's own parameters."""
+    if not prefill or params.constraint is None:
+        return None
+    return replace(params, constraint=params.constraint.after(prefill))
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,25 @@ class ToolCallGrammar:
     one grammar batch together (`rollout.batching` groups equal params)."""
 
     structural_tag: Mapping[str, Any]  # {"type": "structural_tag", "format": {...}}
+    # text of the reply already written (a prefill) that each row's matcher accepts first, so
+    # the grammar holds what is sampled after it; "" for a reply that starts with the sampling
+    prefix: str = ""
     _compiled: dict[int, Any] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _after: dict[str, ToolCallGrammar] = field(default_factory=dict, repr=False)
+
+    def after(self, prefix: str) -> ToolCallGrammar:
+        """This grammar for a reply that starts with `prefix` (a prefill, which may open a
+        call: `<tool_call>{"name": "apply", "arguments": {"candidate": `). The same object
+        for the same prefix, so its rows batch together; the compiled grammar is shared."""
+        if not prefix:
+            return self
+        with self._lock:
+            if prefix not in self._after:
+                self._after[prefix] = ToolCallGrammar(
+                    self.structural_tag, self.prefix + prefix, self._compiled, self._lock
+                )
+            return self._after[prefix]
 
     def compiled(self, tokenizer: Any, vocab_size: int, stop_token_ids: frozenset[int]) -> Any:
         """The xgrammar CompiledGrammar for `tokenizer` (compiled once, then kept)."""
@@ -71,10 +88,17 @@ class ToolCallGrammar:
         """A fresh xgrammar GrammarMatcher for one row."""
         import xgrammar
 
-        return xgrammar.GrammarMatcher(
+        matcher = xgrammar.GrammarMatcher(
             self.compiled(tokenizer, vocab_size, stop_token_ids),
             override_stop_tokens=sorted(stop_token_ids),
         )
+        if self.prefix and not matcher.accept_string(self.prefix):
+            raise ConstraintError(
+                f"the reply's prefill {self.prefix!r} does not fit the tool-call grammar (a "
+                "call opened there must name a tool and follow its schema); fix the prefill "
+                "or turn agentrft.sampling.constrained_tool_calls off"
+            )
+        return matcher
 
 
 @functools.lru_cache(maxsize=8)

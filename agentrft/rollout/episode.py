@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from agentrft.policy import after_prefill
 from agentrft.policy.tool_format import parse_reply
 from agentrft.rollout.batching import Sampler
 from agentrft.rollout.context import ChatRenderer, Context
@@ -102,6 +103,7 @@ async def _turns(
             list(ctx.tokens),
             max_new,
             None if seed is None else seed + TURN_STRIDE * len(log.turns),
+            params=after_prefill(sampler.params, prefill),
             key=log.trace_id,
         )
         sample_s = time.perf_counter() - t0

@@ -25,17 +25,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from agentrft.lifetime import die_with_parent
 
-def die_with_parent(parent_pid: int | None) -> None:
-    """Ask the kernel to SIGKILL this process when the server exits (Linux only)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
 
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+def die_with_parent_server(parent_pid: int | None) -> None:
+    """SIGKILL this worker when the server exits (Linux only); exit now if it already has."""
+    die_with_parent(signal.SIGKILL)
     if parent_pid is not None and os.getppid() != parent_pid:  # the server died before prctl
         os._exit(1)
 
@@ -113,7 +108,7 @@ def run(run_dir: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     parent = os.environ.get("AGENTRFT_SERVICE_PID")
-    die_with_parent(int(parent) if parent else None)
+    die_with_parent_server(int(parent) if parent else None)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from agentrft.errors import ConfigError
+from agentrft.lifetime import die_with_parent
 from agentrft.tools.env_token import TOKEN_ENV, launched
 from agentrft.tools.envkit import free_port
 
@@ -57,7 +58,13 @@ def launch_environment(
     child_env = {**os.environ, TOKEN_ENV: secrets.token_urlsafe(32), **(env or {})}
     log = open(log_path, "w") if log_path else tempfile.TemporaryFile("w+")  # noqa: SIM115
     proc = subprocess.Popen(
-        cmd, cwd=base_dir, env=child_env, stdout=log, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=base_dir,
+        env=child_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=die_with_parent,  # stopped even when agentrft is killed
     )
     url = f"http://{host}:{port}"
     try:

@@ -101,3 +101,43 @@ def test_the_continuous_loop_samples_only_valid_calls(policy: HFPolicy, tokenize
     done = asyncio.run(run())
     assert valid_calls(tokenizer, done, prefix=OPEN) == 4
     scheduler.close()
+
+
+def test_a_prefill_deep_inside_a_call_leaves_only_the_rest_to_the_model(
+    policy: HFPolicy, tokenizer: Any
+) -> None:
+    """`auto` after a prefill that opened the call and its first argument: the matcher reads
+    the prefill, so the model may only finish that call (the repair job's shape)."""
+    prefill = OPEN + '{"name": "get_weather", "arguments": {"city": '
+    grammar = tool_call_grammar(TOOLS, "auto").after(prefill)
+    ids = prompt(tokenizer) + list(tokenizer.encode(prefill))
+    stop = ("</tool_call>",)
+    done = policy.sample(
+        [ids] * 6, SamplingParams(max_tokens=40, stop=stop, constraint=grammar), seeds=range(6)
+    )
+
+    def valid(c: Completion) -> bool:
+        parsed = parse_reply(prefill + tokenizer.decode(list(c.tokens)), {"get_weather": SCHEMA})
+        return len(parsed.calls) == 1 and parsed.calls[0].error is None
+
+    assert all(valid(c) for c in done)
+    free = policy.sample([ids] * 6, SamplingParams(max_tokens=40, stop=stop), seeds=range(6))
+    assert not any(valid(c) for c in free)  # the model alone: the test can fail
+
+
+def test_after_is_one_grammar_per_prefix_and_a_prefill_off_the_grammar_is_named(
+    policy: HFPolicy, tokenizer: Any
+) -> None:
+    from agentrft.policy import after_prefill
+    from agentrft.policy.constrain import ConstraintError
+
+    grammar = tool_call_grammar(TOOLS, "auto")
+    assert grammar.after("") is grammar
+    assert grammar.after(OPEN) is grammar.after(OPEN)  # its rows batch together
+    params = SamplingParams(constraint=grammar)
+    assert after_prefill(params, None) is None and after_prefill(SamplingParams(), OPEN) is None
+    assert after_prefill(params, OPEN) == after_prefill(params, OPEN)
+    rules = policy.row_rules()
+    bad = grammar.after(OPEN + '{"name": "no_such_tool"')
+    with pytest.raises(ConstraintError, match="no_such_tool"):
+        bad.matcher(tokenizer, rules.vocab_size, rules.stop_token_ids)

@@ -17,14 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-from agentrft.service.worker import die_with_parent, load_run_job, write_result
+from agentrft.service.worker import die_with_parent_server, load_run_job, write_result
 
 
 def main() -> int:
     import os
 
     run_dir = Path(sys.argv[1])
-    die_with_parent(int(os.environ["AGENTRFT_SERVICE_PID"]))
+    die_with_parent_server(int(os.environ["AGENTRFT_SERVICE_PID"]))
     job = load_run_job(run_dir).model_dump(mode="json")  # the real worker's way in
     # what it got of the secrets, as hashes only: the test checks them, nothing leaks
     seen = [v for t in job["method"]["reinforcement"]["tools"] for v in t["headers"].values()]
