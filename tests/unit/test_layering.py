@@ -13,6 +13,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agentrft"
+
+
 # not data a task builds beside its jobs (agentrft/tasks/NAME/data*/: snapshotted repositories)
 def _built_data(path: Path) -> bool:
     parts = path.relative_to(PACKAGE).parts
