@@ -2,9 +2,10 @@
 
 A checkpoint (`RUN_DIR/checkpoints/step-N/`) holds everything needed to continue exactly:
 the adapter weights (safetensors via peft) or full weights, the optimiser state, the RNG
-states, the sampler's matmul layout (timed per process, so pinned on resume) and the step (the data cursor follows from it: each epoch's row order is a pure
-function of the seed). `checkpoints/latest` names the newest complete one; a checkpoint is
-written to a temporary folder and renamed, so a crash never leaves a half-written "latest".
+states, the sampler's matmul layout (timed per process, so pinned on resume) and the step
+(the data cursor follows from it: each epoch's row order is a pure function of the seed).
+`checkpoints/latest` names the newest complete one; a checkpoint is written to a temporary
+folder and renamed, so a crash never leaves a half-written "latest".
 The final export adds `final/merged/`, a plain transformers model directory.
 """
 
