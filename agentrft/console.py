@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from rich.text import Text
 from agentrft.types import Trajectory
 
 console = Console(stderr=False)
+_lock = threading.Lock()
 
 _ROLE_STYLE = {"system": "dim", "user": "bold cyan", "assistant": "bold green", "tool": "yellow"}
 
@@ -101,19 +103,38 @@ def show_precision(choice: Any) -> None:
     console.print(f"precision: {choice}")
 
 
+_shared: dict[str, Any] = {}  # the progress display open now, and how many bars it shows
+
+
 @contextlib.contextmanager
 def progress_bar(label: str, total: int) -> Iterator[Callable[..., None]]:
     """A transient progress bar; yields a callback that advances it by one (any arguments
-    are ignored, so it can be passed straight as an `on_done` hook)."""
+    are ignored, so it can be passed straight as an `on_done` hook). Bars open at the same
+    time (async steps, an eval while rollouts run) share one display, since the terminal
+    holds one live display at a time."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with _lock:
+        if not _shared:
+            progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            progress.start()
+            _shared.update(progress=progress, bars=0)
+        progress = _shared["progress"]
+        _shared["bars"] += 1
         task = progress.add_task(label, total=total)
+    try:
         yield lambda *_: progress.advance(task)
+    finally:
+        with _lock:
+            progress.remove_task(task)
+            _shared["bars"] -= 1
+            if not _shared["bars"]:
+                progress.stop()
+                _shared.clear()

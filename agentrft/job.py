@@ -173,8 +173,11 @@ class Train(Strict):
     eval_temperature: float | None = Field(default=None, ge=0)  # None: the sampling temperature
     # truncated importance sampling: each sampled token's loss is weighted by
     # min(p_trainer / p_engine, tis_cap), correcting the engine's drift from the trainer;
-    # None: on at 2.0 with the vLLM engine, off with the local one; 0: off
+    # None: on at 2.0 with the vLLM engine or with max_staleness above 0, else off; 0: off
     tis_cap: float | None = Field(default=None, ge=0)
+    # async steps: a step's rollouts may be sampled with weights up to this many updates old,
+    # so that they run while an earlier step updates (train/async_steps.py); 0: synchronous
+    max_staleness: int = Field(default=0, ge=0, le=8)
 
 
 class EngineCheck(Strict):

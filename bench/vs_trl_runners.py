@@ -111,7 +111,7 @@ def step_rows(job: Any, task: Task) -> list[list[int]]:
     """Row indices of each step, in agentrft's order (TRL is fed the same order, unshuffled)."""
     from agentrft.data import load_dataset
     from agentrft.job import resolve_hyperparameters
-    from agentrft.train.loop import batch_rows
+    from agentrft.train.step import batch_rows
 
     items = load_dataset(job.training_path)
     hp = resolve_hyperparameters(job, len(items))

@@ -44,12 +44,26 @@ class Engine(Protocol):
 
     kind: str
     adapter: str  # the name the engine samples with ("base" before any update)
+    # how many weight versions it can sample at once: 1 for the local engine (one sampling
+    # copy), the adapters kept loaded for vLLM (async steps sample older ones meanwhile)
+    versions: int
 
     def sampler(self, params: SamplingParams, max_batch: int, kv_cache_mb: int) -> Sampler: ...
 
     def sync(self, model: Any, step: int) -> dict[str, float]:
         """After the update of `step`: put the trained weights into the engine; metrics."""
         ...
+
+
+def adapter_version(name: str) -> int:
+    """The weights version an engine's adapter name stands for: "base" is 0 (no update
+    yet), "step-N" (local) and "step-N-RUNTAG" (vLLM) are N."""
+    if name == "base":
+        return 0
+    parts = name.split("-")
+    if len(parts) in (2, 3) and parts[0] == "step" and parts[1].isdigit():
+        return int(parts[1])
+    raise ValueError(f"{name!r} is no training adapter name (base, step-N or step-N-RUNTAG)")
 
 
 def choose_engine(requested: str, device: str) -> tuple[str, str]:
@@ -88,6 +102,7 @@ class LocalEngine:
     policy: Any  # HFPolicy
     kind: str = LOCAL
     adapter: str = "base"
+    versions: int = 1
 
     def sampler(self, params: SamplingParams, max_batch: int, kv_cache_mb: int) -> Sampler:
         return BatchedSampler(self.policy, params, max_batch=max_batch, kv_cache_mb=kv_cache_mb)
@@ -122,6 +137,7 @@ class VLLMEngine:
     # in adapter names, so that runs sharing servers never collide: step-3-1a2b3c
     run_tag: str = field(default_factory=lambda: secrets.token_hex(3))
     log: Path | None = None  # the server's log, when agentrft started it
+    versions: int = 2  # adapters kept loaded: the newest and those still sampled
 
     def sampler(self, params: SamplingParams, max_batch: int, kv_cache_mb: int) -> Sampler:
         from agentrft.engine.vllm_client import VLLMSampler
@@ -144,8 +160,9 @@ class VLLMEngine:
         self.adapter = name
 
     def sync(self, model: Any, step: int) -> dict[str, float]:
-        """Save the adapter of `step` and load it into every server as `step-N-RUNTAG`; the one
-        before last is unloaded and its files removed. Full weights cannot be synced yet."""
+        """Save the adapter of `step` and load it into every server as `step-N-RUNTAG`; all but
+        the newest `versions` are unloaded and their files removed (async steps still sample
+        the older ones kept). Full weights cannot be synced yet."""
         if not hasattr(model, "peft_config"):
             raise ConfigError(
                 "full-weight training cannot sync into the vLLM engine yet: train a LoRA adapter "
@@ -155,11 +172,11 @@ class VLLMEngine:
         name = f"step-{step}-{self.run_tag}"
         path = self.adapters_dir / name
         model.save_pretrained(str(path))
-        older = [
-            p
-            for p in self.adapters_dir.glob(f"step-*-{self.run_tag}")
-            if p.name not in (name, self.adapter)
-        ]
+        kept = sorted(
+            (p for p in self.adapters_dir.glob(f"step-*-{self.run_tag}") if p.name != name),
+            key=lambda p: int(p.name.split("-")[1]),
+        )
+        older = kept[: max(0, len(kept) - (self.versions - 1))]
         self.use_adapter(name, path, [p.name for p in older])
         for p in older:
             shutil.rmtree(p, ignore_errors=True)
@@ -168,11 +185,18 @@ class VLLMEngine:
 
 @contextlib.contextmanager
 def open_engine(
-    job: Any, policy: Any, run_dir: Path, kind: str, model_dir: Path | None = None
+    job: Any,
+    policy: Any,
+    run_dir: Path,
+    kind: str,
+    model_dir: Path | None = None,
+    versions: int = 1,
 ) -> Iterator[Engine]:
     """The job's engine for a run in `run_dir`: `kind` local or vllm (see `choose_engine`).
     For vllm without `agentrft.vllm.urls`, a server on `model_dir` is started and stopped
-    with the run (its log: `run_dir/engine.log`)."""
+    with the run (its log: `run_dir/engine.log`). `versions`: how many adapter versions the
+    run samples at once (async steps: max_staleness + 1); vLLM keeps that many loaded (at
+    least 2, so a reply in flight at a sync still finds its adapter)."""
     if kind == LOCAL:
         yield LocalEngine(policy)
         return
@@ -212,6 +236,7 @@ def open_engine(
             max_concurrency=spec.max_concurrency,
             send_seeds=seeds,
             log=log,
+            versions=max(2, versions),
         )
 
 

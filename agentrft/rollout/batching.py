@@ -179,6 +179,7 @@ class BatchedSampler:
         out = {
             "sampler/batches": float(self.stats.batches),
             "sampler/mean_batch": self.stats.rows / max(1, self.stats.batches),
+            "sampler/busy_s": self.stats.busy_s,  # wall time in batched sampling calls
         }
         if self.kv_cache is not None:
             out["sampler/prefill_tokens"] = float(self.kv_cache.stats.prefill_tokens)

@@ -10,7 +10,10 @@ Two signals, both in the step's metrics beside reward:
   more.
 
 Past `agentrft.engine_check.warn_gap` the step warns; past `stop_gap` (or with any wrong
-adapter) the run stops with EngineMismatch, naming the likely causes. There is no switch to
+adapter) the run stops with EngineMismatch, naming the likely causes. A step of async
+training whose rollouts were sampled with older weights (`staleness` above 0) has a gap that
+also holds the policy's own change since then, so its numbers only warn, past `stop_gap`;
+its identity check, and the numbers of every on-policy step, stop the run as above. There is no switch to
 turn it off: raise the thresholds if a model's kernels really differ that much.
 """
 
@@ -31,7 +34,12 @@ CAUSES = (
 
 
 def check_engine(
-    metrics: Mapping[str, float], cfg: EngineCheck, step: int, engine: str, adapter: str
+    metrics: Mapping[str, float],
+    cfg: EngineCheck,
+    step: int,
+    engine: str,
+    adapter: str,
+    staleness: int = 0,
 ) -> str | None:
     """Warn or stop on the step's engine metrics; returns the warning printed, if any."""
     wrong = metrics.get("engine/wrong_adapter", 0.0)
@@ -48,6 +56,17 @@ def check_engine(
         f"step {step}: the {engine} engine's log-probs of the sampled tokens are "
         f"{gap:.3f} from the trainer's on average (KL {kl:.4f}), sampled with {adapter!r}"
     )
+    if staleness > 0:
+        if gap <= cfg.stop_gap:
+            return None
+        msg = (
+            f"{what}, {staleness} update(s) before the trainer's weights: above "
+            f"agentrft.engine_check.stop_gap {cfg.stop_gap:g}. Part of it is the policy's own "
+            f"change since then (a learning rate that moves it this far makes async steps "
+            f"far off-policy), part may be: {CAUSES}"
+        )
+        console.print(f"[yellow]warning[/] {msg}")
+        return msg
     if gap > cfg.stop_gap:
         raise EngineMismatch(
             f"{what}: above agentrft.engine_check.stop_gap {cfg.stop_gap:g}, so training "

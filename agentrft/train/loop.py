@@ -10,38 +10,31 @@ grader, turns rewards into group-relative advantages (groups with no reward spre
 skipped) and updates the weights on the sampled tokens (one optimiser step per PPO epoch).
 The step's metrics, its evaluation included, are written before its checkpoint, so a run
 resumes to the exact step and its metrics have no gap.
+
+The stages of a step are in `train/step.py`. With `agentrft.train.max_staleness` 0 (the
+default) the loop below runs them one after another. Above 0, `train/async_steps.py` runs a
+step's rollouts while the update of an earlier one runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from agentrft.console import console, progress_bar, show_precision
+from agentrft.console import console, show_precision
 from agentrft.data import load_dataset
-from agentrft.engine import Engine, choose_engine, open_engine
+from agentrft.engine import choose_engine, open_engine
 from agentrft.errors import AgentRFTError, ConfigError
-from agentrft.evaluate.eval import eval_results, graded_records, reward_stats
-from agentrft.graders import build_grader, grade_rollouts
-from agentrft.graders.protocol import Grader
-from agentrft.job import Job, Resolved, job_from_dict, load_job, resolve_hyperparameters
-from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
+from agentrft.graders import build_grader
+from agentrft.job import Job, job_from_dict, load_job, resolve_hyperparameters
 from agentrft.policy.hf import HFPolicy
 from agentrft.policy.models import resolve_model
 from agentrft.redact import restore_secrets
-from agentrft.rollout.episode import RolloutSettings
-from agentrft.rollout.group import rollout_groups
-from agentrft.rollout.records import new_output_dir, summarize
-from agentrft.runtime import job_environment, sampling_params, settings_from_job
-from agentrft.seeds import EPOCH_STRIDE, EVAL_OFFSET, STEP_STRIDE
-from agentrft.train.advantages import rollouts_with_advantage
+from agentrft.rollout.records import new_output_dir
+from agentrft.runtime import job_environment, settings_from_job
+from agentrft.train.async_steps import train_async
 from agentrft.train.checkpoint import (
     TrainState,
     export_final,
@@ -49,63 +42,19 @@ from agentrft.train.checkpoint import (
     load_checkpoint,
     make_optimizer,
     make_trainable,
-    save_checkpoint,
 )
-from agentrft.train.engine_check import check_engine
 from agentrft.train.hack_watch import HackWatch
 from agentrft.train.observe import RunLog, read_metrics
 from agentrft.train.run_files import read_run_files, write_run_files
-from agentrft.train.settings import normalize_std, update_config
-from agentrft.train.update import update_policy
-from agentrft.types import Group, Item
-
-
-class TrainingAborted(AgentRFTError):
-    """Too many rollouts of a step failed; continuing would train on a biased sample."""
-
-
-def batch_rows(items: list[Item], hp: Resolved, step: int, seed: int) -> list[Item]:
-    """The rows of `step`: each epoch is a fresh seeded permutation, read in order."""
-    epoch, k = divmod(step, hp.steps_per_epoch)
-    order = list(range(len(items)))
-    random.Random(seed * EPOCH_STRIDE + epoch).shuffle(order)
-    return [items[i] for i in order[k * hp.batch_size : (k + 1) * hp.batch_size]]
-
-
-def check_failures(groups: list[Group], step: int, limit: float) -> dict[str, float]:
-    """How many rollouts were discarded and how many grades failed; past `limit` (a share of
-    the step's rollouts) the step aborts with the reasons, since the rest is a biased sample."""
-    trajs = [t for g in groups for t in g.trajectories]
-    discarded = [t for t in trajs if t.discarded]
-    failed = [gr for g in groups for gr in g.grades if gr is not None and gr.error]
-    share = (len(discarded) + len(failed)) / max(1, len(trajs))
-    if share > limit:
-        reasons = sorted(
-            {(t.discarded or "")[:160] for t in discarded}
-            | {f"grader: {gr.error}" for gr in failed}
-        )
-        raise TrainingAborted(
-            f"step {step}: {len(discarded)} rollouts discarded and {len(failed)} grades failed out of {len(trajs)} (> {limit:.0%}). Reasons:\n  "
-            + "\n  ".join(reasons[:10])
-        )
-    return {
-        "rollouts/discarded": float(len(discarded)),
-        "rollouts/grader_errors": float(len(failed)),
-    }
-
-
-@dataclass
-class Setup:
-    job: Job
-    hp: Resolved
-    policy: HFPolicy
-    model: Any
-    optimizer: torch.optim.Optimizer
-    grader: Grader
-    train_items: list[Item]
-    val_items: list[Item] | None
-    state: TrainState
-    engine: str  # local | vllm (agentrft.engine, resolved for this machine)
+from agentrft.train.settings import update_config
+from agentrft.train.step import (
+    Run,
+    Setup,
+    evaluate,
+    learn,
+    publish,
+    roll_out,
+)
 
 
 def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
@@ -141,30 +90,10 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     return Setup(job, hp, policy, model, optimizer, grader, train_items, val_items, state, engine)
 
 
-def evaluate(
-    s: Setup,
-    settings: RolloutSettings,
-    env_url: str | None,
-    log: RunLog,
-    step: int,
-    engine: Engine,
-) -> dict[str, Any]:
-    """The held-out evaluation at `step`: rollouts and grades as in training, at the eval
-    temperature, summarised by `evaluate/`."""
-    assert s.val_items is not None
-    ext = s.job.agentrft
-    params = sampling_params(
-        s.job, seed=s.job.seed + EVAL_OFFSET + step, temperature=ext.train.eval_temperature
-    )
-    sampler = engine.sampler(params, ext.sampling.max_batch, ext.sampling.kv_cache_mb)
-    with progress_bar(f"eval at step {step}", len(s.val_items) * s.hp.eval_samples) as advance:
-        groups, _ = rollout_groups(s.val_items, s.hp.eval_samples, settings, sampler, advance)
-    groups, _ = grade_rollouts(groups, s.grader, env_url)
-    log.rollouts(f"eval-step-{step}", graded_records(groups, step=step))
-    return eval_results(groups)
-
-
-def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
+def train(job: Job, run_dir: Path, resume: bool = False, async_steps: bool | None = None) -> Path:
+    """Train `job` into `run_dir`. `async_steps`: run the async pipeline (None: when
+    `agentrft.train.max_staleness` is above 0; True at 0 runs it on the synchronous
+    schedule, which gives the synchronous loop's numbers)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir.chmod(
         0o700
@@ -182,16 +111,22 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
     }
     (run_dir / "hyperparameters.json").write_text(json.dumps(hyper, indent=2))
     log = RunLog(run_dir, resume_from_step=s.state.step if resume else None)
-    ucfg = update_config(job, bf16=s.policy.dtype == "bf16", engine=s.engine)
+    staleness = ext.train.max_staleness
+    ucfg = update_config(
+        job, bf16=s.policy.dtype == "bf16", engine=s.engine, off_policy=staleness > 0
+    )
     watch = HackWatch.for_job(job, run_dir, read_metrics(run_dir) if resume else ())
     with (
         job_environment(job) as env_url,
-        open_engine(job, s.policy, run_dir, s.engine, resolve_model(job.model)) as engine,
+        open_engine(
+            job, s.policy, run_dir, s.engine, resolve_model(job.model), versions=staleness + 1
+        ) as engine,
     ):
         settings = settings_from_job(
             job, s.policy, env_url, s.grader
         )  # the grader's tool budget caps calls
-        if s.state.step > 0 and engine.kind != "local":  # resumed: the engine gets the adapter
+        run = Run(s, log, ucfg, watch, settings, env_url, engine, run_dir)
+        if s.state.step > 0:  # resumed: the engine gets the checkpoint's weights and name
             engine.sync(s.model, s.state.step)
         if s.val_items and s.state.step == 0:
             res = evaluate(s, settings, env_url, log, 0, engine)
@@ -199,84 +134,25 @@ def train(job: Job, run_dir: Path, resume: bool = False) -> Path:
             console.print(
                 f"step 0 eval: reward {res['reward']['mean']:.3f}  tool calls p50 {res['tool_calls']['p50']:.0f} p95 {res['tool_calls']['p95']:.1f}"
             )
-        for step in range(s.state.step, hp.total_steps):
-            t0 = time.perf_counter()
-            # 1. rows
-            rows = batch_rows(s.train_items, hp, step, job.seed)
-            # 2. rollouts
-            sampler = engine.sampler(
-                sampling_params(job, seed=job.seed * STEP_STRIDE + step),
-                ext.sampling.max_batch,
-                ext.sampling.kv_cache_mb,
+        if async_steps or (async_steps is None and staleness > 0):  # see train/async_steps.py
+            console.print(
+                f"async steps: rollouts run up to {staleness} step(s) ahead of the update"
             )
-            sampled_with = engine.adapter
-            with progress_bar(
-                f"step {step + 1}/{hp.total_steps} rollouts", len(rows) * hp.group_size
-            ) as advance:
-                groups, sampling = rollout_groups(rows, hp.group_size, settings, sampler, advance)
-            # 3. grades
-            groups, grading = grade_rollouts(groups, s.grader, env_url)
-            failures = check_failures(groups, step + 1, ext.train.max_failed_fraction)
-            # 4. advantages (group-relative; no spread, no signal)
-            scored, adv_stats = rollouts_with_advantage(groups, normalize_std(job))
-            # 5. update
-            reset_peak_rss()
-            upd = update_policy(s.model, s.optimizer, scored, ucfg)
-            # the engine check: were these rollouts sampled from the policy just trained on?
-            check_engine(
-                {**upd, **sampler.metrics()}, ext.engine_check, step + 1, engine.kind, sampled_with
-            )
-            upd.update(engine.sync(s.model, step + 1))  # the next step samples the new weights
-            upd["memory/update_peak_mb"] = peak_rss_mb()
-            release_free_memory()  # else the update's peak stays resident (see agentrft/memory.py)
-            s.state.step = step + 1
-            trajs = [t for g in groups for t in g.trajectories]
-            metrics: dict[str, Any] = {
-                **reward_stats(groups),
-                **failures,
-                **adv_stats,
-                **upd,
-                **sampling,
-                **grading,
-                "rollouts": summarize(trajs),
-                "time/step_s": time.perf_counter() - t0,
-                **sampler.metrics(),
-                "epoch": step // hp.steps_per_epoch,
-            }
-            records = graded_records(groups, step=s.state.step)
-            log.rollouts(f"step-{s.state.step}", records)
-            metrics |= watch.observe(s.state.step, records)  # reward-hacking flags, readings
-            # 6. eval
-            if (
-                s.val_items
-                and hp.eval_interval
-                and (s.state.step % hp.eval_interval == 0 or s.state.step == hp.total_steps)
-            ):
-                metrics["eval"] = evaluate(s, settings, env_url, log, s.state.step, engine)
-            log.log(s.state.step, metrics, {"engine": engine.kind, "sampled_with": sampled_with})
-            # 7. checkpoint, after the step's metrics are on disk: a kill between the two loses
-            # nothing (resume drops lines past its checkpoint and redoes those steps)
-            if s.state.step % ext.train.checkpoint_interval == 0 or s.state.step == hp.total_steps:
-                save_checkpoint(run_dir, s.model, s.optimizer, s.state)
-            _print_step(s.state.step, hp.total_steps, metrics)
+            train_async(run, s.state.step, hp.total_steps, staleness)
+        else:
+            for step in range(s.state.step, hp.total_steps):
+                t0 = time.perf_counter()
+                batch = roll_out(run, step)  # 1-3: rows, rollouts, grades
+                metrics = learn(run, batch)  # 4-5: advantages, update, engine sync
+                metrics["time/step_s"] = time.perf_counter() - t0
+                metrics["time/trainer_idle_s"] = (
+                    batch.stats["time/sampling_s"] + batch.stats["time/grading_s"]
+                )  # the update waits for every rollout and grade of its step
+                publish(run, step + 1, metrics, batch.sampled_with)  # 6-7: eval, checkpoint
     log.close()
     merged = export_final(run_dir, s.model, s.policy.tokenizer)
     console.print(f"done: {run_dir}  (merged model: {merged})")
     return run_dir
-
-
-def _print_step(step: int, total: int, m: dict[str, Any]) -> None:
-    r = m["reward"]
-    calls = m["rollouts"]["tool_calls"]
-    line = (
-        f"step {step}/{total}  reward {r['mean']:.3f}±{r['std']:.3f}  calls p50 {calls['p50']:.0f} p95 {calls['p95']:.1f}  "
-        f"signal {int(m['groups/with_signal'])}/{int(m['groups/with_signal'] + m['groups/zero_signal'])}  "
-        f"discarded {int(m['rollouts/discarded'])}  "
-        f"time {m['time/sampling_s']:.0f}+{m['time/grading_s']:.0f}+{m.get('time/update_s', 0):.0f}s"
-    )
-    if "eval" in m:
-        line += f"  | eval reward {m['eval']['reward']['mean']:.3f}"
-    console.print(line)
 
 
 def start(job_path: str, run_dir: str | None = None, resume: str | None = None) -> Path:

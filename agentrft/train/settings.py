@@ -11,20 +11,22 @@ from agentrft.train.update import UpdateConfig
 DAPO_CLIP_HIGH = 0.28  # DAPO's "clip-higher" (Yu et al., 2025): room for rare tokens to grow
 
 
-TIS_CAP_VLLM = 2.0  # truncated importance sampling's default cap with the vLLM engine
+TIS_CAP_DEFAULT = 2.0  # truncated importance sampling's cap where it is on by default
 
 
-def loss_config(job: Job, engine: str = "local") -> LossConfig:
+def loss_config(job: Job, engine: str = "local", off_policy: bool = False) -> LossConfig:
     """The loss variant and its clip range. `clip_high` unset: DAPO's 0.28 for `dapo`, else
     symmetric (= clip_low). `tis_cap` unset: on (2.0) with the vLLM engine, whose log-probs
-    come from other kernels than the trainer's; off with the local one."""
+    come from other kernels than the trainer's, and for async steps (`off_policy`), whose
+    rollouts were sampled with older weights; off otherwise."""
     t = job.agentrft.train
     clip_high = (
         t.clip_high
         if t.clip_high is not None
         else (DAPO_CLIP_HIGH if t.loss == "dapo" else t.clip_low)
     )
-    tis = t.tis_cap if t.tis_cap is not None else (TIS_CAP_VLLM if engine == "vllm" else 0.0)
+    default = TIS_CAP_DEFAULT if engine == "vllm" or off_policy else 0.0
+    tis = t.tis_cap if t.tis_cap is not None else default
     return LossConfig(t.loss, t.clip_low, clip_high, t.kl_coef, tis)
 
 
@@ -34,12 +36,14 @@ def normalize_std(job: Job) -> bool:
     return job.agentrft.train.loss != "dr_grpo"
 
 
-def update_config(job: Job, bf16: bool, engine: str = "local") -> UpdateConfig:
+def update_config(
+    job: Job, bf16: bool, engine: str = "local", off_policy: bool = False
+) -> UpdateConfig:
     """The weight update's settings. `bf16`: autocast the update, as the loaded policy does
     (the job's `dtype`, resolved for this hardware)."""
     ext = job.agentrft
     return UpdateConfig(
-        loss=loss_config(job, engine),
+        loss=loss_config(job, engine, off_policy),
         # log-probs are scored at the temperature they were sampled at (greedy: 1.0)
         temperature=ext.sampling.temperature if ext.sampling.temperature > 0 else 1.0,
         ppo_epochs=ext.train.ppo_epochs,

@@ -72,8 +72,10 @@ def test_greedy_eval_gives_the_local_engines_answers(engine_url, tmp_path, monke
     assert all(t.tool_calls for g in via_vllm for t in g.trajectories)
 
 
-def vllm_job(engine_url: str, tmp: Path, check: dict | None = None) -> Path:
-    path = make_job(tmp, 2)
+def vllm_job(
+    engine_url: str, tmp: Path, check: dict | None = None, steps: int = 2, **train_over
+) -> Path:
+    path = make_job(tmp, steps, **train_over)
     job = json.loads(path.read_text())
     job["agentrft"].update({"engine": "vllm", "vllm": {"urls": [engine_url]}})
     job["agentrft"]["dtype"] = "auto"  # the server's dtype
@@ -100,6 +102,25 @@ def test_two_steps_sync_the_adapter_and_the_gap_stays_small(engine_url, tmp_path
     assert gaps and max(gaps) < 0.15, gaps
     assert all(m["train/tis_weight"] > 0 for m in steps if "train/tis_weight" in m)
     # only the newest adapters are kept on disk; the run finished with its merged model
+    assert len(list((run / "engine-adapters").iterdir())) <= 2
+    assert (run / "final" / "merged" / "config.json").is_file()
+
+
+def test_async_steps_sample_the_older_adapter_while_the_update_runs(engine_url, tmp_path):
+    """max_staleness 1 on vLLM: step 2 rolls out on the base adapter during step 1's
+    update, step 3 on step 1's; the adapter a step samples stays loaded until it is done."""
+    run = tmp_path / "run"
+    train(load_job(vllm_job(engine_url, tmp_path, steps=3, max_staleness=1)), run)
+    steps = [
+        json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln.strip()
+    ]
+    steps = [m for m in steps if m["step"] > 0]
+    used = [m["sampled_with"] for m in steps]
+    assert used[:2] == ["base", "base"] and used[2].startswith("step-1-"), used
+    assert [m["async/staleness"] for m in steps] == [0.0, 1.0, 1.0]
+    assert [m["async/off_policy_rollouts"] for m in steps] == [0.0, 8.0, 8.0]
+    assert all(m["engine/wrong_adapter"] == 0 and m["engine/requests"] > 0 for m in steps)
+    assert all(m["async/dropped_stale"] == 0 for m in steps)
     assert len(list((run / "engine-adapters").iterdir())) <= 2
     assert (run / "final" / "merged" / "config.json").is_file()
 
