@@ -327,6 +327,45 @@ def _overview_table(before: Any, after: Any) -> str:
     return f"<table><tr><th></th>{head}</tr>{rows}</table>"
 
 
+PIPELINE_COLUMNS = (  # (metrics key, heading, format)
+    ("time/step_s", "step s", "{:.1f}"),
+    ("time/trainer_idle_share", "trainer idle", "{:.0%}"),
+    ("engine/busy_share", "engine busy", "{:.0%}"),
+    ("async/staleness", "staleness", "{:.0f}"),
+    ("async/off_policy_rollouts", "off-policy (importance-weighted)", "{:.0f}"),
+    ("async/dropped_stale", "dropped as stale", "{:.0f}"),
+    ("async/finished_on_old_version", "finished on the old version", "{:.0f}"),
+)
+
+
+def pipeline_html(metrics: Sequence[Record], last: int = 30) -> str:
+    """The steps' timing and staleness (async steps, `train/async_steps.py`): how long each
+    step took, the share of it the update waited, and how stale its rollouts were."""
+    rows = [m for m in metrics if m.get("step", 0) > 0 and _number(m.get("time/step_s"))]
+    if not rows:
+        return '<p class="missing">No training step has finished yet.</p>'
+    columns = [c for c in PIPELINE_COLUMNS if any(_number(_pipeline_value(m, c[0])) for m in rows)]
+    head = "<th>step</th>" + "".join(f"<th>{escape(h)}</th>" for _, h, _ in columns)
+    body = "".join(
+        f"<tr><td>{m['step']}</td>"
+        + "".join(
+            f"<td>{fmt.format(v) if _number(v := _pipeline_value(m, key)) else '-'}</td>"
+            for key, _, fmt in columns
+        )
+        + "</tr>"
+        for m in rows[-last:]
+    )
+    note = f"<p>the last {last} of {len(rows)} steps</p>" if len(rows) > last else ""
+    return f"{note}<table><tr>{head}</tr>{body}</table>"
+
+
+def _pipeline_value(m: Record, key: str) -> Any:
+    if key == "time/trainer_idle_share" and key not in m:  # synchronous runs: seconds
+        idle, step = m.get("time/trainer_idle_s"), m.get("time/step_s")
+        return idle / step if _number(idle) and _number(step) and step > 0 else None
+    return m.get(key)
+
+
 def build_report(
     *,
     metrics: Sequence[Record] | None = None,
@@ -359,6 +398,7 @@ def build_report(
             "Hack watch",
             hack_watch_html(metrics or [], flags, reading_links or {}),
         ),
+        ("pipeline", "Steps: time, trainer idle and staleness", pipeline_html(metrics or [])),
         (
             "tool-calls",
             "Tool calls per rollout, before and after",

@@ -170,6 +170,7 @@ def job_page(row: Mapping[str, Any], job: Mapping[str, Any], run_dir: Path) -> s
     from agentrft.evaluate.report import (
         escape,
         image_html,
+        pipeline_html,
         reward_curve_png,
         tool_call_counts,
         tool_calls_png,
@@ -217,6 +218,7 @@ def job_page(row: Mapping[str, Any], job: Mapping[str, Any], run_dir: Path) -> s
                 reward_curve_png(metrics), "reward curve", "No training step has finished yet."
             ),
         ),
+        ("pipeline", "Steps: time, trainer idle and staleness", pipeline_html(metrics)),
         (
             "tool-calls",
             f"Tool calls per rollout: {before_label} vs {after_label}",

@@ -15,7 +15,15 @@ from agentrft.evaluate.report import best_of_k_from, build_report, tool_call_cou
 from tests.report_data import NASTY, eval_records, graded_groups, metrics_rows, summary_only
 
 IMG = re.compile(r'<img alt="([^"]+)" src="data:image/png;base64,([A-Za-z0-9+/=]+)">')
-SECTIONS = ("doctor", "reward-curve", "hack-watch", "tool-calls", "best-of-k", "trajectories")
+SECTIONS = (
+    "doctor",
+    "reward-curve",
+    "hack-watch",
+    "pipeline",
+    "tool-calls",
+    "best-of-k",
+    "trajectories",
+)
 
 
 def test_full_report(tmp_path: Path) -> None:
@@ -68,7 +76,7 @@ def test_missing_inputs_are_said_not_hidden() -> None:
     for sid in SECTIONS:
         assert f'<section id="{sid}">' in page
     assert "data:image/png" not in page
-    assert page.count('class="missing"') == 6
+    assert page.count('class="missing"') == 7
 
 
 def test_summary_only_results_and_counts() -> None:
@@ -137,3 +145,27 @@ def test_the_doctor_and_the_hack_watch_have_their_sections(tmp_path: Path) -> No
     assert "FAIL" in page and "cap it" in page
     assert "1 flag(s)" in page and "shaping: near rose" in page
     assert 'href="run/readings/step-3.html"' in page
+
+
+def test_the_steps_table_shows_async_staleness_and_the_trainers_wait() -> None:
+    from agentrft.evaluate.report import pipeline_html
+
+    synchronous = [{"step": 1, "time/step_s": 10.0, "time/trainer_idle_s": 6.0}]
+    html = pipeline_html(synchronous)
+    assert "<td>60%</td>" in html and "staleness" not in html
+    piped = [
+        {
+            "step": 2,
+            "time/step_s": 5.0,
+            "time/trainer_idle_share": 0.2,
+            "async/staleness": 1.0,
+            "async/off_policy_rollouts": 16.0,
+            "async/dropped_stale": 0.0,
+            "async/finished_on_old_version": 3.0,
+        }
+    ]
+    html = pipeline_html(piped)
+    assert "staleness" in html and "finished on the old version" in html
+    assert "<td>20%</td><td>1</td><td>16</td><td>0</td><td>3</td>" in html
+    assert "No training step" in pipeline_html([])
+    assert 'id="pipeline"' in build_report(metrics=piped)
