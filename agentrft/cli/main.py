@@ -76,6 +76,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if not args.job and not args.resume:
         raise AgentRFTError("give a job file, or --resume RUN_DIR")
+    if args.ray:
+        from agentrft.train.on_ray import RAY_ENV
+
+        os.environ[RAY_ENV] = args.ray
     start(args.job, args.out, args.resume)
     return 0
 
@@ -227,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="RUN_DIR",
         help="continue a run from its latest checkpoint",
+    )
+    t.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="train across a Ray cluster (host:port of its head, or auto): engine actors and rollout workers on its nodes, the trainer on this one",
     )
     add_engine_flag(t)
     t.set_defaults(func=cmd_train)

@@ -361,7 +361,8 @@ def pipeline_html(metrics: Sequence[Record], last: int = 30) -> str:
 
 def _pipeline_value(m: Record, key: str) -> Any:
     if key == "time/trainer_idle_share" and key not in m:  # synchronous runs: seconds
-        idle, step = m.get("time/trainer_idle_s"), m.get("time/step_s")
+        idle: Any = m.get("time/trainer_idle_s")
+        step: Any = m.get("time/step_s")
         return idle / step if _number(idle) and _number(step) and step > 0 else None
     return m.get(key)
 

@@ -23,10 +23,12 @@ async def run_groups_async(
     settings: RolloutSettings,
     sampler: Sampler,
     on_done: Callable[[Trajectory], Any] | None = None,
+    first: int = 0,
 ) -> list[Group]:
     """Every rollout of every row at once; generation is batched across all of them. With a
     seed in the sampler's params, rollout k of the call gets its own derived seed, so results
-    do not depend on how requests happened to be batched."""
+    do not depend on how requests happened to be batched. `first`: the index of this call's
+    first rollout in its step (a step split among workers keeps the seeds of one call)."""
     base = sampler.params.seed
     async with new_client() as client:
 
@@ -40,7 +42,7 @@ async def run_groups_async(
         try:
             trajs = await asyncio.gather(
                 *(
-                    one(item, i * group_size + j)
+                    one(item, first + i * group_size + j)
                     for i, item in enumerate(items)
                     for j in range(group_size)
                 )

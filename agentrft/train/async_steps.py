@@ -91,12 +91,26 @@ class _Pipeline:
     async def _produce(self, step: int) -> Batch:
         run, hp = self.run, self.run.s.hp
         sampled_with = run.engine.adapter
-        sampler = run.step_sampler(step)
         ended = self.ended.setdefault(step, {})
         t0 = time.perf_counter()
         label = f"step {step + 1}/{hp.total_steps} rollouts ({sampled_with})"
         try:
             with progress_bar(label, hp.batch_size * hp.group_size) as advance:
+                if run.remote is not None:  # rollout workers sample and grade
+
+                    def advance_by(n: int) -> None:
+                        for _ in range(n):
+                            advance()
+
+                    groups, stats, metrics = await run.remote.produce(
+                        run.rows(step),
+                        hp.group_size,
+                        run.step_params(step),
+                        sampled_with,
+                        advance_by,
+                    )
+                    return Batch(step, groups, metrics, sampled_with, stats)
+                sampler = run.step_sampler(step)
 
                 def done(traj: Trajectory) -> None:
                     ended[traj.trace_id] = time.perf_counter()

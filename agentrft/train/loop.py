@@ -25,7 +25,7 @@ from pathlib import Path
 
 from agentrft.console import console, show_precision
 from agentrft.data import load_dataset
-from agentrft.engine import choose_engine, open_engine
+from agentrft.engine import Engine, choose_engine, open_engine
 from agentrft.errors import AgentRFTError, ConfigError
 from agentrft.graders import build_grader
 from agentrft.job import Job, job_from_dict, load_job, resolve_hyperparameters
@@ -45,6 +45,7 @@ from agentrft.train.checkpoint import (
 )
 from agentrft.train.hack_watch import HackWatch
 from agentrft.train.observe import RunLog, read_metrics
+from agentrft.train.on_ray import RayRollouts, ray_address, ray_cluster, train_on_ray
 from agentrft.train.run_files import read_run_files, write_run_files
 from agentrft.train.settings import update_config
 from agentrft.train.step import (
@@ -57,8 +58,9 @@ from agentrft.train.step import (
 )
 
 
-def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
-    """Validate everything first (datasets, grader), then load the model and any checkpoint."""
+def prepare(job: Job, run_dir: Path, resume: bool, on_ray: bool = False) -> Setup:
+    """Validate everything first (datasets, grader), then load the model and any checkpoint.
+    `on_ray`: engine actors sample (train/on_ray.py), so the trainer keeps no sampling copy."""
     train_items = load_dataset(job.training_path)
     val_items = load_dataset(job.validation_path) if job.validation_path else None
     grader = build_grader(
@@ -72,9 +74,18 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
             f"{job.source}: agentrft.train.full_finetune cannot sync full weights into the vLLM "
             "engine yet; train a LoRA adapter (full_finetune: false) or use --engine local"
         )
-    console.print(f"engine: {engine} ({why})")
+    if on_ray and engine != "local":
+        raise ConfigError(
+            f"{job.source}: on Ray, agentrft runs its own engine on the actors; vLLM engine "
+            "actors are not built yet (use --engine local with --ray)"
+        )
+    console.print(f"engine: {engine} ({why})" + (", on Ray engine actors" if on_ray else ""))
     policy = HFPolicy.load(
-        job.model, ext.device, ext.dtype, for_training=True, sampling_copy=engine == "local"
+        job.model,
+        ext.device,
+        ext.dtype,
+        for_training=True,
+        sampling_copy=engine == "local" and not on_ray,
     )
     model = make_trainable(policy.model, ext.train, job.seed)
     policy.model = model  # trained here; rollouts sample from its synced copy
@@ -90,15 +101,23 @@ def prepare(job: Job, run_dir: Path, resume: bool) -> Setup:
     return Setup(job, hp, policy, model, optimizer, grader, train_items, val_items, state, engine)
 
 
-def train(job: Job, run_dir: Path, resume: bool = False, async_steps: bool | None = None) -> Path:
+def train(
+    job: Job,
+    run_dir: Path,
+    resume: bool = False,
+    async_steps: bool | None = None,
+    on_ray: bool = False,
+) -> Path:
     """Train `job` into `run_dir`. `async_steps`: run the async pipeline (None: when
     `agentrft.train.max_staleness` is above 0; True at 0 runs it on the synchronous
-    schedule, which gives the synchronous loop's numbers)."""
+    schedule, which gives the synchronous loop's numbers). `on_ray`: this is the trainer
+    actor of a Ray run (`train/on_ray.py`): engine actors and rollout workers do the
+    rollouts, through the async pipeline."""
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir.chmod(
         0o700
     )  # its job, rollouts and checkpoints are its owner's only, however it was started
-    s = prepare(job, run_dir, resume)
+    s = prepare(job, run_dir, resume, on_ray)
     hp, ext = s.hp, job.agentrft
     console.print(f"[bold]agentrft train[/] {job.source} -> {run_dir}")
     show_precision(s.policy.precision)
@@ -116,16 +135,27 @@ def train(job: Job, run_dir: Path, resume: bool = False, async_steps: bool | Non
         job, bf16=s.policy.dtype == "bf16", engine=s.engine, off_policy=staleness > 0
     )
     watch = HackWatch.for_job(job, run_dir, read_metrics(run_dir) if resume else ())
-    with (
-        job_environment(job) as env_url,
-        open_engine(
-            job, s.policy, run_dir, s.engine, resolve_model(job.model), versions=staleness + 1
-        ) as engine,
-    ):
+    with contextlib.ExitStack() as stack:
+        env_url = stack.enter_context(job_environment(job))
+        remote: RayRollouts | None = None
+        engine: Engine
+        if on_ray:
+            engine, remote = stack.enter_context(ray_cluster(job, s.model, run_dir))
+        else:
+            engine = stack.enter_context(
+                open_engine(
+                    job,
+                    s.policy,
+                    run_dir,
+                    s.engine,
+                    resolve_model(job.model),
+                    versions=staleness + 1,
+                )
+            )
         settings = settings_from_job(
             job, s.policy, env_url, s.grader
         )  # the grader's tool budget caps calls
-        run = Run(s, log, ucfg, watch, settings, env_url, engine, run_dir)
+        run = Run(s, log, ucfg, watch, settings, env_url, engine, run_dir, remote)
         if s.state.step > 0:  # resumed: the engine gets the checkpoint's weights and name
             engine.sync(s.model, s.state.step)
         if s.val_items and s.state.step == 0:
@@ -134,7 +164,7 @@ def train(job: Job, run_dir: Path, resume: bool = False, async_steps: bool | Non
             console.print(
                 f"step 0 eval: reward {res['reward']['mean']:.3f}  tool calls p50 {res['tool_calls']['p50']:.0f} p95 {res['tool_calls']['p95']:.1f}"
             )
-        if async_steps or (async_steps is None and staleness > 0):  # see train/async_steps.py
+        if on_ray or async_steps or (async_steps is None and staleness > 0):
             console.print(
                 f"async steps: rollouts run up to {staleness} step(s) ahead of the update"
             )
@@ -156,14 +186,19 @@ def train(job: Job, run_dir: Path, resume: bool = False, async_steps: bool | Non
 
 
 def start(job_path: str, run_dir: str | None = None, resume: str | None = None) -> Path:
-    """CLI entry: a new run from a job file, or `--resume RUN_DIR`."""
+    """CLI entry: a new run from a job file, or `--resume RUN_DIR`; on a Ray cluster when
+    `--ray` or the job's `agentrft.ray.address` names one (train/on_ray.py)."""
     if resume:
         rd = Path(resume)
-        return train(_resumed_job(rd, job_path), rd, resume=True)
-    job = load_job(job_path)
-    rd = new_output_dir(run_dir, "train", job.agentrft.output_dir)
-    write_run_files(rd, job, str(Path(job_path).resolve()), job.resolve_path("."))
-    return train(job, rd)
+        job = _resumed_job(rd, job_path)
+    else:
+        job = load_job(job_path)
+        rd = new_output_dir(run_dir, "train", job.agentrft.output_dir)
+        write_run_files(rd, job, str(Path(job_path).resolve()), job.resolve_path("."))
+    address = ray_address(job)
+    if address:
+        return train_on_ray(job, rd.resolve(), bool(resume), address)
+    return train(job, rd, resume=bool(resume))
 
 
 def _resumed_job(rd: Path, job_path: str | None) -> Job:

@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -22,6 +23,7 @@ from agentrft.graders import grade_rollouts
 from agentrft.graders.protocol import Grader
 from agentrft.job import Job, Resolved
 from agentrft.memory import peak_rss_mb, release_free_memory, reset_peak_rss
+from agentrft.policy import SamplingParams
 from agentrft.policy.hf import HFPolicy
 from agentrft.rollout.batching import Sampler
 from agentrft.rollout.episode import RolloutSettings
@@ -110,15 +112,35 @@ def evaluate(
     return eval_results(groups)
 
 
+class HasMetrics(Protocol):
+    def metrics(self) -> dict[str, float]: ...
+
+
 @dataclass
 class Batch:
     """One step's graded rollouts, and how they were made."""
 
     step: int  # 0-based: trained by the update that makes version step + 1
     groups: list[Group]
-    sampler: Sampler  # its metrics go into the step's
+    sampler: HasMetrics  # the step's sampler: its metrics go into the step's
     sampled_with: str  # the engine's adapter for every rollout of the step
     stats: dict[str, float]  # time/sampling_s, time/grading_s, memory peaks
+
+
+class RemoteRollouts(Protocol):
+    """Rollouts and grades made elsewhere (rollout workers on a Ray cluster)."""
+
+    async def produce(
+        self,
+        rows: list[Item],
+        group_size: int,
+        params: SamplingParams,
+        adapter: str,
+        advance: Callable[[int], None],
+    ) -> tuple[list[Group], dict[str, float], HasMetrics]:
+        """The rows' graded groups, the phase's stats, and the engine's metrics; `advance(n)`
+        as n more rollouts are done."""
+        ...
 
 
 @dataclass
@@ -134,13 +156,15 @@ class Run:
     env_url: str | None
     engine: Engine
     run_dir: Path
+    remote: RemoteRollouts | None = None  # rollout workers on a cluster (train/on_ray.py)
+
+    def step_params(self, step: int) -> SamplingParams:
+        return sampling_params(self.s.job, seed=self.s.job.seed * STEP_STRIDE + step)
 
     def step_sampler(self, step: int) -> Sampler:
         ext = self.s.job.agentrft
         return self.engine.sampler(
-            sampling_params(self.s.job, seed=self.s.job.seed * STEP_STRIDE + step),
-            ext.sampling.max_batch,
-            ext.sampling.kv_cache_mb,
+            self.step_params(step), ext.sampling.max_batch, ext.sampling.kv_cache_mb
         )
 
     def rows(self, step: int) -> list[Item]:

@@ -27,7 +27,14 @@ def test_dashboard_login_list_job_page_and_buttons(alice, service) -> None:
         )
 
         page = browser.get(f"/dashboard/jobs/{done.id}").text  # by cookie from here on
-        for sid in ("job", "reward-curve", "pipeline", "tool-calls", "stop-reasons", "trajectories"):
+        for sid in (
+            "job",
+            "reward-curve",
+            "pipeline",
+            "tool-calls",
+            "stop-reasons",
+            "trajectories",
+        ):
             assert f'<section id="{sid}">' in page, sid
         assert '<img alt="reward curve"' in page and '<img alt="tool calls per rollout"' in page
         assert (
