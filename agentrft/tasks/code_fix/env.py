@@ -323,7 +323,14 @@ def candidates(ctx: TraceContext, path: str, line: int) -> str:
 APPLY_DESCRIPTION = "Apply fix candidate number `candidate` (undoing any candidate applied before), then run the tests and show the result."
 APPLY_PARAMETERS: dict[str, Any] = {
     "type": "object",
-    "properties": {"candidate": {"type": "integer", "description": "The candidate's number."}},
+    "properties": {
+        "candidate": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": repair.MAX_CANDIDATES,  # the list's size: constrained calls stay in it
+            "description": "The candidate's number.",
+        }
+    },
     "required": ["candidate"],
     "additionalProperties": False,
 }
