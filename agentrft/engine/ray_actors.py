@@ -36,6 +36,18 @@ from agentrft.rollout.batching import BatchedSampler
 RAY, BASE = "ray", "base"
 
 
+def where() -> dict[str, Any]:
+    """Where the calling process runs: its node's address, host name and process id (what
+    `cluster.json` records for each actor)."""
+    import ray
+
+    return {
+        "node_ip": ray.util.get_node_ip_address(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
 class EngineActor:
     """One engine on one node (a Ray actor: `RayEngine.start` makes it remote)."""
 
@@ -62,14 +74,7 @@ class EngineActor:
         )
 
     def where(self) -> dict[str, Any]:
-        """This actor's node address, host name and process id."""
-        import ray
-
-        return {
-            "node_ip": ray.util.get_node_ip_address(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-        }
+        return where()
 
     async def sample(
         self,
@@ -108,7 +113,7 @@ class EngineActor:
 
 
 @dataclass
-class _Pool:
+class EnginePool:
     """The live engine actors, shared by every sampler of a run, and what was lost."""
 
     actors: list[Any]
@@ -131,7 +136,7 @@ class _Stats:
 class RaySampler:
     """A rollout's sampler on the engine actors (the `Sampler` protocol)."""
 
-    def __init__(self, pool: _Pool, params: SamplingParams, adapter: str) -> None:
+    def __init__(self, pool: EnginePool, params: SamplingParams, adapter: str) -> None:
         self.pool = pool
         self.params = params
         self.adapter = adapter
@@ -216,7 +221,7 @@ def round_robin(i: int, soft: bool = True) -> Any:
 class RayEngine:
     """The local engine on `len(actors)` Ray actors, spread over the cluster's nodes."""
 
-    pool: _Pool
+    pool: EnginePool
     placed: list[dict[str, Any]]  # where each actor runs (EngineActor.where)
     kind: str = RAY
     adapter: str = BASE
@@ -250,7 +255,7 @@ class RayEngine:
             for i in range(count)
         ]
         placed = ray.get([a.where.remote() for a in actors])
-        return cls(_Pool(actors), placed)
+        return cls(EnginePool(actors), placed)
 
     def sampler(self, params: SamplingParams, max_batch: int, kv_cache_mb: int) -> RaySampler:
         return RaySampler(self.pool, params, self.adapter)

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +41,7 @@ from typing import Any
 
 from agentrft.console import console
 from agentrft.engine import ServedModel
-from agentrft.engine.ray_actors import RayEngine, RaySampler, _Pool, round_robin
+from agentrft.engine.ray_actors import EnginePool, RayEngine, RaySampler, round_robin, where
 from agentrft.errors import AgentRFTError, ConfigError
 from agentrft.graders import build_grader, grade_rollouts
 from agentrft.job import Job
@@ -59,16 +59,6 @@ def ray_address(job: Job) -> str | None:
     return os.environ.get(RAY_ENV) or job.agentrft.ray.address
 
 
-def _where() -> dict[str, Any]:
-    import ray
-
-    return {
-        "node_ip": ray.util.get_node_ip_address(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-    }
-
-
 class RolloutWorker:
     """Runs a share of a step's rollouts and grades them, on its node (a Ray actor)."""
 
@@ -84,7 +74,7 @@ class RolloutWorker:
         self.settings = settings_from_job(job, served, self.env_url, self.grader)
 
     def where(self) -> dict[str, Any]:
-        return _where()
+        return where()
 
     async def run(
         self,
@@ -97,7 +87,7 @@ class RolloutWorker:
     ) -> tuple[list[Group], dict[str, float], dict[str, float], list[str]]:
         """The graded groups of `items`; the grading stats; the engine metrics; the ids of
         the engine actors found dead."""
-        pool = _Pool(list(engines))
+        pool = EnginePool(list(engines))
         sampler = RaySampler(pool, params, adapter)
         groups = await run_groups_async(items, group_size, self.settings, sampler, first=first)
         graded, grading = await asyncio.to_thread(grade_rollouts, groups, self.grader, self.env_url)
@@ -131,8 +121,6 @@ class RayRollouts:
         adapter: str,
         advance: Callable[[int], None],
     ) -> tuple[list[Group], dict[str, float], _Summed]:
-        import time
-
         t0 = time.perf_counter()
         n = len(self.workers)
         bounds = [round(i * len(rows) / n) for i in range(n + 1)]
@@ -206,7 +194,7 @@ def ray_cluster(job: Job, model: Any, run_dir: Path) -> Iterator[tuple[RayEngine
     ]
     try:
         placed = ray.get([w.where.remote() for w in workers])
-        layout = {"trainer": _where(), "engines": engine.placed, "rollout_workers": placed}
+        layout = {"trainer": where(), "engines": engine.placed, "rollout_workers": placed}
         (run_dir / "cluster.json").write_text(json.dumps(layout, indent=2))
         nodes = sorted({p["node_ip"] for p in [*engine.placed, *placed]})
         console.print(f"ray: engines and workers on {len(nodes)} node(s): {', '.join(nodes)}")
