@@ -90,6 +90,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     demo = recipes.load(args.name)
     job_path = Path(args.job) if args.job else None
+    only = {"only": args.variant} if args.variant else {}
     if args.seeds:
         if not callable(getattr(demo, "run_seeds", None)):
             raise ConfigError(f"recipe {args.name!r} has no multi-seed run; run it once per --seed")
@@ -98,6 +99,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             args.seeds,
             steps=args.steps,
             job_path=job_path,
+            **only,
         )
     else:
         demo.run(
@@ -109,6 +111,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             seed=args.seed,
             job_path=job_path,
             **({"doctor_only": True} if args.doctor_only else {}),
+            **only,
         )
     return 0
 
@@ -267,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the whole demo once per seed and report the mean gain with a 95%% interval (e.g. --seeds 1 2 3)",
     )
     add_engine_flag(d)
+    d.add_argument(
+        "--variant",
+        default=None,
+        metavar="NAME",
+        help="measure (and train) only this variant of a recipe with several, e.g. `--variant repair` for code_fix",
+    )
     d.add_argument(
         "--doctor-only",
         action="store_true",

@@ -272,12 +272,19 @@ def run(
     seed: int | None = None,
     job_path: Path | None = None,
     doctor_only: bool = False,
+    only: str | None = None,
 ) -> dict[str, Any]:
     """The recipe end to end in `out`; returns the summary it also writes to out/summary.json.
     `job_path` replaces the first variant's job. A recipe with one variant writes its stages
     straight into `out`; with several, each into out/NAME. `doctor_only`: build the data and
-    run the doctor on every variant's job, nothing else."""
+    run the doctor on every variant's job, nothing else. `only`: the one variant measured
+    (and trained when its pre-flight finds signal); the others are skipped."""
     t0 = time.perf_counter()
+    names = [v.name for v in recipe.variants]
+    if only is not None and only not in names:
+        raise ConfigError(
+            f"recipe {recipe.title!r} has no variant {only!r} -> one of: {', '.join(names)}"
+        )
     out = out.resolve()  # the job resolves relative paths against its own folder, not the caller's
     out.mkdir(parents=True, exist_ok=True)
 
@@ -294,6 +301,8 @@ def run(
     summary: dict[str, Any] = {"metric": recipe.metric, "variants": {}, "trained": None}
     lead: Measured | None = None  # the trained variant, else the first: the summary's job and rows
     for i, variant in enumerate(recipe.variants):
+        if only is not None and variant.name != only:
+            continue
         if summary["trained"] is not None and variant.train:
             continue  # one variant is trained; only the measure-only ones are still measured
         label = f"{variant.name}: " if several else ""
@@ -359,6 +368,7 @@ def run_seeds(
     seeds: list[int],
     steps: int | None = None,
     job_path: Path | None = None,
+    only: str | None = None,
 ) -> dict[str, Any]:
     """`run` once per seed (out/seed-N), then each seed's before/after and the mean gain in
     the recipe's measure with a 95% interval over all per-row differences. A seed whose
@@ -375,7 +385,7 @@ def run_seeds(
             continue
         console.rule(f"[bold]seed {seed} ({i + 1} of {len(seeds)})")
         per_seed[seed] = run(
-            recipe, out / f"seed-{seed}", steps=steps, seed=seed, job_path=job_path
+            recipe, out / f"seed-{seed}", steps=steps, seed=seed, job_path=job_path, only=only
         )
     result: dict[str, Any] = {
         "metric": recipe.metric,

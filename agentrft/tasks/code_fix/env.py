@@ -41,8 +41,10 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from agentrft.tasks.code_fix import repair
 from agentrft.tasks.code_fix.dataset import OUTPUT_MAX_CHARS, apply_patch, run_tests
@@ -52,6 +54,48 @@ from agentrft.tools.envkit import ToolInputError, ToolServer, TraceContext
 env = ToolServer("code-fix", cleanup_after_grade=False)
 # Test runs at once (tools and grading together): each is a whole pytest process.
 TEST_RUNS = threading.BoundedSemaphore(2)
+V = TypeVar("V")
+
+
+class Memo(Generic[V]):
+    """Results by key, each made once even when many threads ask for it at once (the others
+    wait for the first), at most `size` kept (least recently used dropped first). A group's
+    rollouts share a tree, so its localization and its test runs on the same files are one
+    run each: a test run depends only on the files, the tests and the command, which make the
+    key. `keep(value)` False: not kept (a run stopped at its time limit is tried again)."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self._done: OrderedDict[Hashable, V] = OrderedDict()
+        self._making: dict[Hashable, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self.made = self.hits = 0
+
+    def get(self, key: Hashable, make: Callable[[], V], keep: Callable[[V], bool] = bool) -> V:
+        with self._lock:
+            if key in self._done:
+                self.hits += 1
+                self._done.move_to_end(key)
+                return self._done[key]
+            lock = self._making.setdefault(key, threading.Lock())
+        with lock:
+            with self._lock:
+                if key in self._done:
+                    self.hits += 1
+                    return self._done[key]
+            value = make()
+            with self._lock:
+                self.made += 1
+                self._making.pop(key, None)
+                if keep(value):
+                    self._done[key] = value
+                    while len(self._done) > self.size:
+                        self._done.popitem(last=False)
+            return value
+
+
+# Test runs by (tree digest, node ids, command): the same files give the same verdicts.
+RUNS: Memo[Any] = Memo()
 _DEBUG = re.compile(r"\bprint\(|\bbreakpoint\(|\bpdb\b|\bpprint\(")
 # Code under test is imported by pytest, so it could rewrite pytest (every test "passes") or
 # end the run early. A fix of a one-line bug needs none of these: an added line naming one
@@ -189,8 +233,9 @@ def selectors(root: Path, selector: str | None, default: list[str]) -> list[str]
     return parts
 
 
-def summary(run: Any) -> str:
-    """What the model reads: the counts, then the first failure's output (cut)."""
+def summary(run: Any, detail: bool = True) -> str:
+    """What the model reads: the counts, then the failing tests and the first failure's
+    output (cut; without it when not `detail`)."""
     counts: dict[str, int] = {}
     for outcome in run.outcomes.values():
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -199,9 +244,11 @@ def summary(run: Any) -> str:
         head += " (stopped at the time limit)"
     if not run.broken:
         return head if run.outcomes else f"{head}\n{run.output[-OUTPUT_MAX_CHARS:]}"
+    failed = f"{head}\nFAILED {', '.join(run.broken[:5])}"
+    if not detail:
+        return failed
     first = run.broken[0]
-    detail = run.details.get(first, "")[-OUTPUT_MAX_CHARS:]
-    return f"{head}\nFAILED {', '.join(run.broken[:5])}\n\n{first}:\n{detail}"
+    return f"{failed}\n\n{first}:\n{run.details.get(first, '')[-OUTPUT_MAX_CHARS:]}"
 
 
 @env.tool(name="run_tests", description=RUN_TESTS_DESCRIPTION, parameters=RUN_TESTS_PARAMETERS)
@@ -210,28 +257,39 @@ def run_tests_tool(ctx: TraceContext, selector: str = "") -> str:
     return tested(ctx, root, selectors(root, selector, list(ctx.item.get("tests") or [])))
 
 
-def tested(ctx: TraceContext, root: Path, parts: list[str]) -> str:
+def run_once(root: Path, parts: list[str], test_command: str) -> Any:
+    """`run_tests` on `root`, or the verdicts of an earlier run on the same files (RUNS)."""
+
+    def make() -> Any:
+        with TEST_RUNS:
+            return run_tests(root, parts, test_command)
+
+    return RUNS.get((tree_digest(root), tuple(parts), test_command), make, _sound)
+
+
+def _sound(run: Any) -> bool:
+    return not run.timed_out
+
+
+def tested(ctx: TraceContext, root: Path, parts: list[str], detail: bool = True) -> str:
     """Run the tests `parts` on the workspace, record the run (the `validated` bonus reads it)
-    and return what the model reads."""
+    and return what the model reads (`summary`)."""
     edits = ctx.state["edits"]
-    with TEST_RUNS:
-        run = run_tests(root, parts, str(ctx.item.get("test_command")))
+    run = run_once(root, parts, str(ctx.item.get("test_command")))
     shown = str(ctx.item.get("shown_test") or "")
     ok = run.returncode == 0 and bool(run.outcomes) and not run.broken
     with ctx.lock:
         ctx.state["runs"].append(
             {"edits": edits, "passed": ok, "covers": run.outcomes.get(shown) == "passed"}
         )
-    return summary(run)
+    return summary(run, detail)
 
 
 # -- repair tools (agentrft.tasks.code_fix.repair): localize, candidates, apply, revert -----------
 # A rollout's numbered list is made once, on its first use, from its workspace and the row's
 # tests (never from the row's patch or mutation). Rollouts of the same tree share one
-# localization run (the cache is keyed by the tree's content).
-_LOCALIZED: dict[str, tuple[list[repair.Suspect], list[repair.Candidate]]] = {}
-_LOCALIZE_LOCK = threading.Lock()
-_LOCALIZED_MAX = 256
+# localization run (the memo is keyed by the tree's content).
+_LOCALIZED: Memo[tuple[list[repair.Suspect], list[repair.Candidate]]] = Memo(256)
 
 
 def localized(ctx: TraceContext) -> tuple[list[repair.Suspect], list[repair.Candidate]]:
@@ -241,19 +299,14 @@ def localized(ctx: TraceContext) -> tuple[list[repair.Suspect], list[repair.Cand
         if "localized" in ctx.state:
             made: tuple[list[repair.Suspect], list[repair.Candidate]] = ctx.state["localized"]
             return made
-    key = tree_digest(root)
-    with _LOCALIZE_LOCK:
-        hit = _LOCALIZED.get(key)
-    if hit is None:
+    tests, command = list(ctx.item.get("tests") or []), str(ctx.item.get("test_command"))
+
+    def make() -> tuple[list[repair.Suspect], list[repair.Candidate]]:
         with TEST_RUNS:
-            suspects = repair.localize(
-                root, list(ctx.item.get("tests") or []), str(ctx.item.get("test_command"))
-            )
-        hit = (suspects, repair.candidate_list(root, suspects))
-        with _LOCALIZE_LOCK:
-            if len(_LOCALIZED) >= _LOCALIZED_MAX:
-                _LOCALIZED.pop(next(iter(_LOCALIZED)))
-            _LOCALIZED[key] = hit
+            suspects = repair.localize(root, tests, command)
+        return suspects, repair.candidate_list(root, suspects)
+
+    hit = _LOCALIZED.get((tree_digest(root), tuple(tests), command), make, lambda _: True)
     with ctx.lock:
         ctx.state.setdefault("localized", (hit[0], list(hit[1])))
         result: tuple[list[repair.Suspect], list[repair.Candidate]] = ctx.state["localized"]
@@ -362,7 +415,8 @@ def apply(ctx: TraceContext, candidate: int) -> str:
         ctx.state["edits"] += 1
         ctx.state["applied"] = {"number": chosen.number, "path": chosen.path, "text": original}
     note = f"reverted candidate {undone}, " if undone else ""
-    result = tested(ctx, root, list(ctx.item.get("tests") or []))
+    # the counts and the failing tests only: the next choice is another number, not a reading
+    result = tested(ctx, root, list(ctx.item.get("tests") or []), detail=False)
     return f"{note}applied candidate {chosen.number} ({chosen.path}:{chosen.line}: {chosen.after.strip()})\ntests: {result}"
 
 
@@ -462,8 +516,7 @@ def tests(ctx: TraceContext, sample: dict[str, Any], item: dict[str, Any]) -> di
             "score": 0.0,
             "metrics": {"why": f"reaches into the test runner: {reaching[0][:120]}"},
         }
-    with TEST_RUNS:
-        run = run_tests(g["tree"], list(item.get("tests") or []), str(item.get("test_command")))
+    run = run_once(g["tree"], list(item.get("tests") or []), str(item.get("test_command")))
     failing = list(item.get("failing") or [])
     fixed = [t for t in failing if run.outcomes.get(t) == "passed"]
     passed = (

@@ -12,7 +12,8 @@
   operator (`+` <-> `-`, `*` <-> `/`, `/` <-> `//`, `and` <-> `or`), drop a `not`, add a
   `not` in front of a condition. Each candidate parses and changes the program.
 - **A numbered list** (`candidate_list`, `render`): the candidates of the most suspicious lines,
-  numbered 1.. in rank order, that `apply` picks from by number.
+  numbered 1.. in rank order (every added `not` after the other shapes), that `apply` picks
+  from by number.
 
 Everything is computed from the tree and its tests alone: nothing here reads a row's answer
 (its `patch` or `mutation`), so it works the same on real bugs.
@@ -251,11 +252,16 @@ def _inverse_edits(node: ast.AST, parent: ast.AST, line: str) -> Iterator[tuple[
 def candidate_list(
     root: Path, suspects: Sequence[Suspect], limit: int = MAX_CANDIDATES
 ) -> list[Candidate]:
-    """The candidates of the most suspicious lines, numbered 1.. in rank order, at most `limit`."""
-    out: list[Candidate] = []
+    """The candidates of the most suspicious lines, numbered 1.. in rank order, at most
+    `limit`: first every changed operator, comparison or constant of the lines in rank order,
+    then the added `not`s (they fit almost any condition, so they are the least likely fix
+    anywhere, not only on their own line). Lines are read until `limit` candidates of the
+    first kind are found or the suspects run out."""
+    likely: list[tuple[Suspect, str, str, str]] = []
+    unlikely: list[tuple[Suspect, str, str, str]] = []
     sources: dict[str, str] = {}
     for s in suspects:
-        if len(out) >= limit:
+        if len(likely) >= limit:
             break
         if s.path not in sources:
             sources[s.path] = (root / s.path).read_text(errors="replace")
@@ -264,9 +270,12 @@ def candidate_list(
         except SyntaxError:
             continue
         before = sources[s.path].splitlines()[s.line - 1]
-        for kind, after in found[: limit - len(out)]:
-            out.append(Candidate(len(out) + 1, s.path, s.line, kind, before, after))
-    return out
+        for kind, after in found:
+            (unlikely if kind == "add_negation" else likely).append((s, kind, before, after))
+    return [
+        Candidate(i, s.path, s.line, kind, before, after)
+        for i, (s, kind, before, after) in enumerate((likely + unlikely)[:limit], 1)
+    ]
 
 
 def render(suspects: Sequence[Suspect], candidates: Sequence[Candidate]) -> str:

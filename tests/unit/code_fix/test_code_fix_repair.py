@@ -200,3 +200,67 @@ def test_an_sdist_or_a_directory_is_a_source(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in (tmp_path / "a/train.jsonl").read_text().splitlines()]
     rows += [json.loads(x) for x in (tmp_path / "a/val.jsonl").read_text().splitlines()]
     assert all(Path(r["repo"]) == (tmp_path / "a/source/calc-1.0").resolve() for r in rows)
+
+
+def test_added_negations_come_after_every_other_shape(tmp_path: Path) -> None:
+    """An added `not` fits almost any condition, so it is the least likely fix anywhere: the
+    list offers every other shape of the suspicious lines first, whatever their rank."""
+    from agentrft.tasks.code_fix.repair import Suspect, candidate_list
+
+    (tmp_path / "m.py").write_text("def f(a, b):\n    if a:\n        return b\n    return a < b\n")
+    suspects = [Suspect("m.py", 2, 1.0, "if a:"), Suspect("m.py", 4, 0.9, "return a < b")]
+    listed = candidate_list(tmp_path, suspects)
+    kinds = [c.kind for c in listed]
+    assert kinds[0] == "flip_comparison" and listed[0].line == 4  # below line 2 in rank
+    assert kinds.index("add_negation") > max(
+        i for i, k in enumerate(kinds) if k != "add_negation"
+    )
+    assert [c.number for c in listed] == list(range(1, len(listed) + 1))
+    assert len(candidate_list(tmp_path, suspects, limit=2)) == 2
+
+
+def test_memo_makes_each_key_once_for_threads_that_ask_at_once() -> None:
+    import threading
+    import time
+
+    env = load_env()
+    memo = env.Memo(size=2)
+    calls: list[int] = []
+
+    def make() -> int:
+        calls.append(1)
+        time.sleep(0.2)
+        return 7
+
+    threads = [threading.Thread(target=memo.get, args=("k", make)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and memo.hits == 5 and memo.get("k", make) == 7
+    assert memo.get("other", lambda: 0, keep=lambda v: v > 0) == 0  # not kept: made again
+    assert memo.get("other", lambda: 1) == 1
+    memo.get("third", lambda: 3)  # size 2: "k", the least recently used, is dropped
+    assert memo.get("other", lambda: -1) == 1 and memo.get("k", lambda: -2) == -2
+
+
+def test_rollouts_on_the_same_files_share_one_test_run(dataset: dict[str, Any]) -> None:
+    """A group's rollouts that apply the same candidate are one test run; a different tree is
+    a run of its own; the gate's verdict on the same files is the same verdict."""
+    from agentrft.tools.envkit import serve_in_thread
+
+    env = load_env()
+    row = row_for(dataset, "clamp", "flip_comparison", "if x >= low:")
+    with serve_in_thread(env.app) as url:
+        first, second = Rollout(url, row), Rollout(url, row)
+        fix, wrong = numbered(first, "if x < low:"), numbered(first, "if x <= high:")
+        numbered(second, "if x < low:")
+        assert env.RUNS.made == 0 and env._LOCALIZED.made == 1  # one localization for both
+        a = first.call("apply", candidate=fix)[1]
+        b = second.call("apply", candidate=fix)[1]
+        assert a == b and "failed" not in a
+        assert "FAILED" in second.call("apply", candidate=wrong)[1]
+        assert env.RUNS.made == 2  # the fix once for both rollouts, the wrong candidate once
+        assert grade_repair(first, calls=1).score == pytest.approx(1.0)
+        assert grade_repair(second, calls=2).score == 0.0  # its last apply undid the fix
+        assert env.RUNS.made == 2  # the graded tree of the fix has the fix's files: no new run
