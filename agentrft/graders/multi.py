@@ -346,7 +346,11 @@ class MultiGrader:
                 assert self.on_fail is not None
                 formula = self.on_fail
         try:
-            score = checked_score(formula.evaluate({n: g.score for n, g in grades.items()}))
+            # rounded off at 1e-12, so that 0.7 + 0.2 + 0.1 is 1.0 (a pass at threshold 1), not
+            # 0.9999999999999999
+            score = round(
+                checked_score(formula.evaluate({n: g.score for n, g in grades.items()})), 12
+            )
         except FormulaError as exc:
             return Grade(NAN, sub, {**metrics, "error_details": str(exc)}, "formula_runtime_error")
         return Grade(score, sub, metrics)

@@ -19,7 +19,11 @@ with `--seeds 1 2 3`.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +82,47 @@ SDISTS = (
 )
 
 
+CACHE = REPO / "runs" / ".cache" / "code_fix"  # rows built before, by what they were built from
+DATA_DIRS = ("data", "data-easy", "data-repair")
+
+
+def build_key() -> str:
+    """What the rows are made from: the pinned sources and the code that injects the bugs,
+    runs the tests, localizes and writes the requests. The same key gives the same rows."""
+    h = hashlib.sha256(repr((PINNED_REV, INCLUDE, MAX_PER_FILE, SDISTS)).encode())
+    for name in ("dataset.py", "repair.py", "source.py"):
+        h.update((HERE / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
 def build_data(data: Path) -> BuildReport:
+    """`data`, `data-easy` and `data-repair` beside it, copied from the rows built before from
+    the same sources and code (CACHE/KEY) or built there now (`build_into`)."""
+    cached = CACHE / build_key()
+    done = cached / "report.json"
+    if done.is_file():
+        console.print(f"reusing the rows built in {cached} (the same sources and code)")
+    else:
+        shutil.rmtree(cached, ignore_errors=True)
+        report = build_into(cached / "data")
+        done.write_text(json.dumps(dataclasses.asdict(report)))
+    for name in DATA_DIRS:
+        for split in ("train.jsonl", "val.jsonl"):
+            (data.parent / name).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cached / name / split, data.parent / name / split)
+    fields = json.loads(done.read_text())
+    fields["dropped"], fields["kept_kinds"] = (
+        Counter(fields["dropped"]),
+        Counter(fields["kept_kinds"]),
+    )
+    return BuildReport(**fields)
+
+
+def build_into(data: Path) -> BuildReport:
     """The rows once per source (the bugs and their test runs), merged into `data` (the task
     as is), then the other variants' prompts of the same bugs (data-easy, data-repair beside
-    it). Each source is split by file on its own."""
+    it). Each source is split by file on its own; the rows point at the sources' snapshots
+    beside them (sources/NAME)."""
     parts = data.parent / "sources"
     report = build_dataset(
         REPO, parts / "agentrft", rev=PINNED_REV, include=INCLUDE, max_per_file=MAX_PER_FILE

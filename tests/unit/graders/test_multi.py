@@ -109,6 +109,19 @@ def test_multi_combines_sub_scores() -> None:
     assert grade.sub_scores == {"a": 0.0, "b": 1.0}
 
 
+def test_a_full_score_made_of_tenths_is_exactly_1() -> None:
+    """0.7 + 0.2 + 0.1 is 0.9999999999999999 in floats; a pass at threshold 1 must count."""
+    g = build_grader(
+        {
+            "type": "multi",
+            "graders": {"a": like("x"), "b": like("y"), "c": like("z")},
+            "calculate_output": "a * (0.7 + 0.2 * b + 0.1 * c)",
+        }
+    )
+    assert 0.7 + 0.2 * 1.0 + 0.1 * 1.0 < 1.0
+    assert g.grade(sample_from_text("x y z"), {}).score == 1.0
+
+
 def test_agrade_matches_grade() -> None:
     g = build_grader(
         {
