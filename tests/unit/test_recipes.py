@@ -170,3 +170,15 @@ def test_the_runner_trains_nothing_when_no_pre_flight_finds_signal(tmp_path, mon
     assert "nothing trained" in summary["verdict"] and "per_row" not in summary
     seeds = recipes.run_seeds(_variant_recipe(tmp_path, (recipes.Variant(),)), tmp_path, [1])
     assert "nothing trained" in seeds["verdict"]
+
+
+def test_only_measures_and_trains_the_named_variant(tmp_path, monkeypatch):
+    trained = _stub_stages(monkeypatch, {"*": "learnable"})
+    variants = (recipes.Variant("task"), recipes.Variant("repair", "job_repair.yaml", "data-r"))
+    recipe = _variant_recipe(tmp_path, variants)
+    summary = recipes.run(recipe, tmp_path / "out", only="repair")
+    assert trained == ["repair"] and list(summary["variants"]) == ["repair"]
+    with pytest.raises(ConfigError, match="no variant 'easy' -> one of: task, repair"):
+        recipes.run(recipe, tmp_path / "out2", only="easy")
+    seeds = recipes.run_seeds(recipe, tmp_path / "seeds", [1, 2], only="repair")
+    assert trained == ["repair"] * 3 and set(seeds["seeds"]) == {"1", "2"}
