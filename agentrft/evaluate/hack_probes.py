@@ -79,11 +79,14 @@ class RowContext:
     prefill: str | None = None  # the first reply's prefill
 
     def base_call(self) -> tuple[str, dict[str, Any]] | None:
-        """The first tool call a base rollout made that ran, else the call the first reply's
-        prefill opens (closed as written), else the worked example's, else the first tool
-        with no arguments."""
+        """The first tool call that ran of the lowest-rewarded base rollout that made one,
+        else the call the first reply's prefill opens (closed as written), else the worked
+        example's, else the first tool with no arguments. The lowest-rewarded: where a call
+        alone can earn the reward (apply the right fix, then say anything), a probe that
+        copied the best rollout's call would score for the call, not for its answer."""
         schemas: dict[str, Any] = {name: {} for name in self.tools}
-        for traj, _ in self.base:
+        ranked = sorted(self.base, key=lambda tr: tr[1] if tr[1] == tr[1] else math.inf)
+        for traj, _ in ranked:
             results = {r.call_id: r for r in traj.tool_results}
             for c in traj.tool_calls:
                 r = results.get(c.call_id)

@@ -101,6 +101,36 @@ def test_probes_run_on_the_quickstart_tools_and_grader() -> None:
     assert any(line.startswith("tool_output ") for line in check.fix)
 
 
+def test_probes_carry_the_call_of_the_lowest_rewarded_base_rollout() -> None:
+    """Where a call alone earns the reward (apply the right fix, then say anything), a probe
+    that copied the best rollout's call would score for the call: it copies the worst one's."""
+    from agentrft.evaluate.hack_probes import RowContext
+
+    job = load_job(QUICKSTART)
+    item = load_dataset(job.training_path)[0]
+    with job_environment(job) as env_url:
+        settings = probe_settings(job, env_url)
+
+        async def run() -> list[Any]:
+            async with new_client() as client:
+                return [
+                    await run_script(
+                        item, Script(("lookup_country", {"country": c}), "x"), settings, client
+                    )
+                    for c in ("France", "Peru")
+                ]
+
+        good, bad = asyncio.run(run())
+    ctx = RowContext(
+        base=[(good, 1.0), (bad, 0.0), (good, math.nan)], examples=[], tools=["lookup_country"]
+    )
+    assert ctx.base_call() == ("lookup_country", {"country": "Peru"})
+    assert RowContext(base=[(good, 1.0)], examples=[], tools=["lookup_country"]).base_call() == (
+        "lookup_country",
+        {"country": "France"},
+    )
+
+
 def test_hackability_passes_when_no_probe_beats_the_base() -> None:
     probe = {
         "description": "d",
