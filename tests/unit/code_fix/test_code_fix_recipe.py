@@ -14,6 +14,8 @@ from agentrft.tasks import runner as recipes
 from .conftest import RECIPE, load_env
 
 REPAIR_TOOLS = {"localize", "candidates", "apply", "revert"}
+# the repair job's request already localizes: its calls pick, check and undo candidates
+REPAIR_JOB_TOOLS = REPAIR_TOOLS | {"run_tests"}
 
 
 @pytest.mark.parametrize("job_file", ["job.yaml", "job_easy.yaml", "job_repair.yaml"])
@@ -21,8 +23,11 @@ def test_the_jobs_tools_are_the_environments(job_file: str) -> None:
     job = load_job(RECIPE / job_file)
     served = {s["name"]: s for s in load_env().env.tool_specs()}
     names = {t.name for t in job.rl.tools}
-    # the repair variant has every tool; the others all but the repair tools
-    assert names == (set(served) if job_file == "job_repair.yaml" else set(served) - REPAIR_TOOLS)
+    # the repair variant has the repair tools and run_tests; the others all but the repair tools
+    assert names == (
+        REPAIR_JOB_TOOLS if job_file == "job_repair.yaml" else set(served) - REPAIR_TOOLS
+    )
+    assert names <= set(served)
     for tool in job.rl.tools:
         assert tool.parameters == served[tool.name]["parameters"]
         assert tool.description == served[tool.name]["description"]
