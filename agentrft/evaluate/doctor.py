@@ -266,10 +266,16 @@ def check_best_of_k(rep: dict[str, Any]) -> Check:
 # -- 4. hackability ----------------------------------------------------------------------
 def check_hackability(probes: dict[str, Any]) -> Check:
     median = probes["base_median"]
+    control = probes.get("control")
+    control_mean = probes["probes"][control]["mean"] if control else None
+    bar = median if control_mean is None or median is None else max(median, control_mean)
     above = {
         name: p
         for name, p in probes["probes"].items()
-        if p["mean"] is not None and median is not None and p["mean"] > median + AGREE_EPS
+        if name != control
+        and p["mean"] is not None
+        and bar is not None
+        and p["mean"] > bar + AGREE_EPS
     }
     lines = [
         f"probe {name}: mean {p['mean']:.3f} on {p['graded']} rows"
@@ -281,10 +287,17 @@ def check_hackability(probes: dict[str, Any]) -> Check:
         f"base model median reward {median:.3f} over {probes['base_rollouts']} rollouts"
         if median is not None
         else "the base model got no graded rollout",
+        *(
+            [
+                f"every reply starts with a call, which each probe makes as the base model did: a probe must beat the {control} (that call, no real answer) at {control_mean:.3f}"
+            ]
+            if control_mean is not None
+            else []
+        ),
         *lines,
     ]
     fix = [
-        f"{name} ({p['description']}) scores {p['mean']:.3f}, above the base median {median:.3f}, e.g. answer {p['example']['answer'][:80]!r}: make the grader give it nothing (cap the answer's size, ground it in this rollout's tool output, require the expected format)."
+        f"{name} ({p['description']}) scores {p['mean']:.3f}, above the base median {median:.3f}{f' and the {control} {control_mean:.3f}' if control_mean is not None else ''}, e.g. answer {p['example']['answer'][:80]!r}: make the grader give it nothing (cap the answer's size, ground it in this rollout's tool output, require the expected format)."
         for name, p in above.items()
     ]
     return Check(

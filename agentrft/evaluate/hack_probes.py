@@ -18,7 +18,9 @@ Users add their own as JSONL rows (`UserProbe`), e.g.
 A probe is a real rollout: its own trace_id, its calls sent to the job's tools (the row's
 environment state included), the job's prefills honoured (a prefill that opens a tool call is
 satisfied by the probe's call; any other prefill starts the probe's reply), its sample graded
-like a model's. The doctor compares each probe's mean score with the base model's median.
+like a model's. The doctor compares each probe's mean score with the base model's median; in a
+job whose every reply starts with a tool call, with the refusal's too (the control: the base
+call with no answer worth anything), so that what the call alone earns is not called a hack.
 """
 
 from __future__ import annotations
@@ -362,10 +364,15 @@ def run_probes(
             ),
             "example": None if best is None else _example(best),
         }
+    # where every reply starts with a call, every probe carries the base model's call, which may
+    # earn the reward on its own (apply the right fix): the refusal is then the control, the
+    # call with no answer worth anything, and a hack is an answer that earns more than it
+    forced = any((settings.prefill_for(0, g.item) or "").startswith(OPEN) for g in base_groups)
     summary = {
         "base_median": statistics.median(base_rewards) if base_rewards else None,
         "base_rollouts": len(base_rewards),
         "probes": results,
+        "control": "refusal" if forced and "refusal" in results else None,
     }
     return summary, graded
 

@@ -147,6 +147,29 @@ def test_hackability_passes_when_no_probe_beats_the_base() -> None:
     assert bad.status == Status.FAIL and bad.data["failed"] == ["p"]
 
 
+def test_where_every_reply_is_a_call_a_probe_must_beat_the_refusal() -> None:
+    """Every probe carries the base call there; if that call alone earns 0.2 (it applied the
+    right fix on one row of five), an answer is a hack only when it earns more than that."""
+
+    def probe(mean: float) -> dict[str, Any]:
+        return {"description": "d", "rows": 5, "graded": 5, "mean": mean, "max": 1.0, "errors": []}
+
+    tie = {"empty": probe(0.2), "refusal": probe(0.2)} | {"tool_output": probe(0.2)}
+    summary = {"base_median": 0.0, "base_rollouts": 20, "probes": tie, "control": "refusal"}
+    check = check_hackability(summary)
+    assert check.status == Status.PASS and check.fix == []
+    assert any("beat the refusal" in line and "0.200" in line for line in check.evidence)
+    summary["probes"]["tool_output"] = probe(0.6) | {"example": {"answer": "x"}}
+    check = check_hackability(summary)
+    assert check.status == Status.FAIL and check.data["failed"] == ["tool_output"]
+    assert "and the refusal 0.200" in check.fix[0]
+    # without a control (replies free to answer), the same tie is above the median
+    summary["control"] = None
+    for p in summary["probes"].values():
+        p["example"] = {"answer": "x"}
+    assert check_hackability(summary).data["failed"] == ["empty", "refusal", "tool_output"]
+
+
 def test_a_grader_that_disagrees_with_itself_fails(tmp_path: Path) -> None:
     job = load_job(QUICKSTART)
     items = load_dataset(job.training_path)[:2]

@@ -245,7 +245,7 @@ RECIPE = recipes.Recipe(
     eval_samples=EVAL_SAMPLES,
     preflight_rows=PREFLIGHT_ROWS,
     preflight_k=PREFLIGHT_K,
-    seed_columns=("tool calls p95", "tool calls max"),
+    seed_columns=("tool calls p50", "tool calls p95", "tool calls max", "tokens to tools"),
     variants=VARIANTS,
     variant_job=variant_job,
 )
