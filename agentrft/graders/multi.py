@@ -16,8 +16,10 @@ unknown names fail validation, listing the sub-graders. A math error at grading 
 
 Gate: the gate's sub-grader runs first. Below `threshold` the other sub-graders do not run
 (no judge calls are spent on the style of wrong code) and the output is `on_fail`: a number,
-or a formula over the gate grader's name only (e.g. "0.5 * tests"). At or above it, the
-others run concurrently and `calculate_output` decides. A sub-grader error flags the whole
+or a formula (e.g. "0.5 * tests"); only the sub-graders it names run then, e.g. a
+`tool_budget` in "budget - 1", so a failing rollout pays for its calls too (it can never go
+above what the formula allows). At or above it, the others run concurrently and
+`calculate_output` decides. A sub-grader error flags the whole
 grade with that sub-grader's flag. Unlike OpenAI, a multi may nest another multi.
 """
 
@@ -286,6 +288,8 @@ class MultiGrader:
             for name in self._order():
                 grades[name] = self.graders[name].grade(sample, item, trace_id)
                 if self._stop(name, grades[name]):
+                    for other in self._on_fail_names(grades[name]):
+                        grades[other] = self.graders[other].grade(sample, item, trace_id)
                     break
             return self._combine(grades)
 
@@ -301,6 +305,11 @@ class MultiGrader:
                 gate = names.pop(0)
                 grades[gate] = await self.graders[gate].agrade(sample, item, trace_id)
                 if self._stop(gate, grades[gate]):
+                    names = self._on_fail_names(grades[gate])
+                    results = await asyncio.gather(
+                        *(self.graders[n].agrade(sample, item, trace_id) for n in names)
+                    )
+                    grades.update(zip(names, results, strict=True))
                     return self._combine(grades)
             results = await asyncio.gather(
                 *(self.graders[n].agrade(sample, item, trace_id) for n in names)
@@ -316,6 +325,12 @@ class MultiGrader:
             names.remove(self.spec.gate.grader)
             names.insert(0, self.spec.gate.grader)
         return names
+
+    def _on_fail_names(self, gate: Grade) -> list[str]:
+        """The sub-graders `on_fail` reads besides the gate's, graded when the gate fails."""
+        if gate.error is not None or self.on_fail is None or self.spec.gate is None:
+            return []
+        return [n for n in self.graders if n in self.on_fail.names and n != self.spec.gate.grader]
 
     def _stop(self, name: str, grade: Grade) -> bool:
         gate = self.spec.gate
@@ -378,9 +393,9 @@ def build(spec: MultiSpec, path: str, ctx: BuildContext) -> MultiGrader:
                 f"{path}.gate.grader: {spec.gate.grader!r} is not a sub-grader; use one of: {', '.join(graders)}"
             )
         on_fail = Formula(str(spec.gate.on_fail), f"{path}.gate.on_fail")
-        extra = sorted(on_fail.names - {spec.gate.grader})
+        extra = sorted(on_fail.names - set(graders))
         if extra:
             raise ConfigError(
-                f"{path}.gate.on_fail: only the gate grader {spec.gate.grader!r} has a score when the gate fails; remove {', '.join(extra)}"
+                f"{path}.gate.on_fail: unknown name(s) {', '.join(extra)}; the sub-graders are: {', '.join(graders)}"
             )
     return MultiGrader(spec, graders, formula, on_fail)

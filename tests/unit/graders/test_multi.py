@@ -243,9 +243,28 @@ class TestGate:
         grade = build_grader(spec).grade(sample_from_text("a.py"), {})
         assert grade.score == pytest.approx(0.5 * 2 / 3)
 
-    def test_on_fail_may_only_use_the_gate(self) -> None:
-        with pytest.raises(ConfigError, match="only the gate grader 'tests' has a score"):
-            build_grader({**self.SPEC, "gate": {"grader": "tests", "on_fail": "style"}})
+    def test_on_fail_grades_only_the_sub_graders_it_names(self) -> None:
+        """A failing rollout can pay for its calls: `budget - 1` grades the budget (and
+        nothing else) when the gate fails; nothing it names can lift it above the formula."""
+        budget = {"type": "tool_budget", "cost_per_call": 0.1, "free_calls": 1, "grader": like("")}
+        spec = {
+            **self.SPEC,
+            "graders": {"style": like("tidy"), "tests": like("PASS"), "budget": budget},
+            "calculate_output": "tests * budget",
+            "gate": {"grader": "tests", "threshold": 1.0, "on_fail": "budget - 1"},
+        }
+        g = build_grader(spec)
+        sample = sample_from_text("FAIL but tidy")
+        sample["tool_calls"] = [{"name": "apply", "arguments": "{}"}] * 4
+        for grade in (g.grade(sample, {}), asyncio.run(g.agrade(sample, {}))):
+            assert grade.score == pytest.approx(-0.3)
+            assert set(grade.sub_scores) >= {"tests", "budget"} and "style" not in grade.sub_scores
+        sample["tool_calls"] = sample["tool_calls"][:1]
+        assert g.grade(sample, {}).score == 0.0
+
+    def test_on_fail_names_only_sub_graders(self) -> None:
+        with pytest.raises(ConfigError, match=r"on_fail: unknown name\(s\) stlye; the sub-graders"):
+            build_grader({**self.SPEC, "gate": {"grader": "tests", "on_fail": "stlye"}})
 
     def test_gate_must_name_a_sub_grader(self) -> None:
         with pytest.raises(
