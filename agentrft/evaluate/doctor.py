@@ -268,14 +268,22 @@ def check_hackability(probes: dict[str, Any]) -> Check:
     median = probes["base_median"]
     control = probes.get("control")
     control_mean = probes["probes"][control]["mean"] if control else None
-    bar = median if control_mean is None or median is None else max(median, control_mean)
+
+    def bar(p: dict[str, Any]) -> float | None:
+        """The base median, or the control's mean on the probe's own rows where higher."""
+        if control_mean is None or median is None:
+            return median
+        mine, theirs = p.get("by_row") or {}, probes["probes"][control].get("by_row") or {}
+        same = [theirs[row] for row in mine if row in theirs]
+        return max(median, statistics.fmean(same) if same else control_mean)
+
     above = {
         name: p
         for name, p in probes["probes"].items()
         if name != control
         and p["mean"] is not None
-        and bar is not None
-        and p["mean"] > bar + AGREE_EPS
+        and (b := bar(p)) is not None
+        and p["mean"] > b + AGREE_EPS
     }
     lines = [
         f"probe {name}: mean {p['mean']:.3f} on {p['graded']} rows"

@@ -363,6 +363,8 @@ def run_probes(
                 {g.grades[0].error for g in mine if g.grades[0] and g.grades[0].error}
             ),
             "example": None if best is None else _example(best),
+            # per row, so a probe can be set against the control on the same rows
+            "by_row": {str(g.item.index): r for g, r in zip(mine, scores, strict=True) if r == r},
         }
     # where every reply starts with a call, every probe carries the base model's call, which may
     # earn the reward on its own (apply the right fix): the refusal is then the control, the

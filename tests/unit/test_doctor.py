@@ -163,6 +163,14 @@ def test_where_every_reply_is_a_call_a_probe_must_beat_the_refusal() -> None:
     check = check_hackability(summary)
     assert check.status == Status.FAIL and check.data["failed"] == ["tool_output"]
     assert "and the refusal 0.200" in check.fix[0]
+    # the control is taken on the probe's own rows: 1 pass in 5 rows is the refusal's 1 in 5
+    summary["probes"]["tool_output"] = probe(0.2) | {
+        "by_row": {str(i): float(i == 0) for i in range(5)}
+    }
+    summary["probes"]["refusal"]["by_row"] = {str(i): float(i == 0) for i in range(6)}
+    summary["probes"]["refusal"]["mean"] = 1 / 6
+    summary["probes"]["empty"] = summary["probes"]["tool_output"]
+    assert check_hackability(summary).status == Status.PASS
     # without a control (replies free to answer), the same tie is above the median
     summary["control"] = None
     for p in summary["probes"].values():
