@@ -217,9 +217,7 @@ def test_added_negations_come_after_every_other_shape(tmp_path: Path) -> None:
     listed = candidate_list(tmp_path, suspects)
     kinds = [c.kind for c in listed]
     assert kinds[0] == "flip_comparison" and listed[0].line == 4  # below line 2 in rank
-    assert kinds.index("add_negation") > max(
-        i for i, k in enumerate(kinds) if k != "add_negation"
-    )
+    assert kinds.index("add_negation") > max(i for i, k in enumerate(kinds) if k != "add_negation")
     assert [c.number for c in listed] == list(range(1, len(listed) + 1))
     assert len(candidate_list(tmp_path, suspects, limit=2)) == 2
 
