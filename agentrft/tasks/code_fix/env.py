@@ -71,7 +71,9 @@ class Memo(Generic[V]):
         self._lock = threading.Lock()
         self.made = self.hits = 0
 
-    def get(self, key: Hashable, make: Callable[[], V], keep: Callable[[V], bool] = bool) -> V:
+    def get(
+        self, key: Hashable, make: Callable[[], V], keep: Callable[[V], bool] | None = None
+    ) -> V:
         with self._lock:
             if key in self._done:
                 self.hits += 1
@@ -83,11 +85,14 @@ class Memo(Generic[V]):
                 if key in self._done:
                     self.hits += 1
                     return self._done[key]
-            value = make()
+            try:
+                value = make()
+            finally:
+                with self._lock:
+                    self._making.pop(key, None)
             with self._lock:
                 self.made += 1
-                self._making.pop(key, None)
-                if keep(value):
+                if keep is None or keep(value):
                     self._done[key] = value
                     while len(self._done) > self.size:
                         self._done.popitem(last=False)
@@ -306,7 +311,7 @@ def localized(ctx: TraceContext) -> tuple[list[repair.Suspect], list[repair.Cand
             suspects = repair.localize(root, tests, command)
         return suspects, repair.candidate_list(root, suspects)
 
-    hit = _LOCALIZED.get((tree_digest(root), tuple(tests), command), make, lambda _: True)
+    hit = _LOCALIZED.get((tree_digest(root), tuple(tests), command), make)
     with ctx.lock:
         ctx.state.setdefault("localized", (hit[0], list(hit[1])))
         result: tuple[list[repair.Suspect], list[repair.Candidate]] = ctx.state["localized"]
