@@ -105,7 +105,10 @@ def build_data(data: Path) -> BuildReport:
     else:
         shutil.rmtree(cached, ignore_errors=True)
         report = build_into(cached / "data")
-        done.write_text(json.dumps(dataclasses.asdict(report)))
+        # by field, not dataclasses.asdict: that rebuilds a Counter from its (key, count) pairs,
+        # which counts the pairs
+        fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+        done.write_text(json.dumps(fields))
     for name in DATA_DIRS:
         for split in ("train.jsonl", "val.jsonl"):
             (data.parent / name).mkdir(parents=True, exist_ok=True)

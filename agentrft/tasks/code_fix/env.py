@@ -378,7 +378,7 @@ def candidates(ctx: TraceContext, path: str, line: int) -> str:
     return "\n".join(f"{c.number}. {c.path}:{c.line}: {c.after.strip()}" for c in shown)
 
 
-APPLY_DESCRIPTION = "Apply fix candidate number `candidate` (undoing any candidate applied before), then run the tests and show the result."
+APPLY_DESCRIPTION = "Try fix candidate number `candidate`: apply it, run the tests, and undo it if they fail. A candidate that passed stays applied."
 APPLY_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -396,6 +396,8 @@ APPLY_PARAMETERS: dict[str, Any] = {
 
 @env.tool(description=APPLY_DESCRIPTION, parameters=APPLY_PARAMETERS)
 def apply(ctx: TraceContext, candidate: int) -> str:
+    """Try, test, revert: the candidate stays only when the tests pass with it, and a
+    candidate that passed is kept until `revert` (so a later try cannot undo a fix)."""
     root = workspace(ctx)
     listed = localized(ctx)[1]
     chosen = next((c for c in listed if c.number == candidate), None)
@@ -405,12 +407,18 @@ def apply(ctx: TraceContext, candidate: int) -> str:
             if listed
             else "there are no fix candidates (no test fails, or no line has one)"
         )
-    undone = undo(ctx, root)
+    with ctx.lock:
+        kept = ctx.state.get("applied")
+    if kept is not None:
+        return (
+            f"candidate {kept['number']} is applied and the tests passed with it; "
+            f"nothing changed (revert it first to try candidate {chosen.number})"
+        )
     full = rw.confine(root, chosen.path)
     lines = full.read_text().splitlines(keepends=True)
     if lines[chosen.line - 1].rstrip("\n") != chosen.before:
         raise ToolInputError(
-            f"{chosen.path}:{chosen.line} changed since the candidates were made; revert or edit it back"
+            f"{chosen.path}:{chosen.line} changed since the candidates were made; edit it back"
         )
     original = "".join(lines)
     end = "\n" if lines[chosen.line - 1].endswith("\n") else ""
@@ -419,10 +427,15 @@ def apply(ctx: TraceContext, candidate: int) -> str:
     with ctx.lock:
         ctx.state["edits"] += 1
         ctx.state["applied"] = {"number": chosen.number, "path": chosen.path, "text": original}
-    note = f"reverted candidate {undone}, " if undone else ""
     # the counts and the failing tests only: the next choice is another number, not a reading
     result = tested(ctx, root, list(ctx.item.get("tests") or []), detail=False)
-    return f"{note}applied candidate {chosen.number} ({chosen.path}:{chosen.line}: {chosen.after.strip()})\ntests: {result}"
+    head = f"candidate {chosen.number} ({chosen.path}:{chosen.line}: {chosen.after.strip()})"
+    with ctx.lock:
+        passed = ctx.state["runs"][-1]["passed"]
+    if passed:
+        return f"applied {head}\ntests: {result}\nThe tests pass; it stays applied."
+    undo(ctx, root)
+    return f"tried {head}\ntests: {result}\nThe tests fail with it, so it was undone."
 
 
 def undo(ctx: TraceContext, root: Path) -> int | None:

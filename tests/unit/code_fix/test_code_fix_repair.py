@@ -156,7 +156,7 @@ def test_the_repair_grader_pays_less_for_more_attempts(
     wrong = numbered(r, "if x <= high:")
     assert "failed" in r.call("apply", candidate=wrong)[1]
     status, out = r.call("apply", candidate=numbered(r, "if x < low:"))
-    assert f"reverted candidate {wrong}" in out and "failed" not in out
+    assert out.startswith("applied candidate") and "failed" not in out, out
     second = grade_repair(r, calls=2)
     assert second.score == pytest.approx(0.9), second
     r = Rollout(env_url, row)
@@ -168,6 +168,23 @@ def test_the_repair_grader_pays_less_for_more_attempts(
     r = Rollout(env_url, row)
     r.call("apply", candidate=wrong)
     assert grade_repair(r, calls=1).score == 0.0
+
+
+def test_apply_undoes_a_failing_candidate_and_keeps_a_passing_one(
+    env_url: str, dataset: dict[str, Any]
+) -> None:
+    """Try, test, revert: the tree after a failed try is the tree before it, and a later
+    apply cannot undo a candidate the tests passed with (only revert does)."""
+    row = row_for(dataset, "clamp", "flip_comparison", "if x >= low:")
+    r = Rollout(env_url, row)
+    fix, wrong = numbered(r, "if x < low:"), numbered(r, "if x <= high:")
+    status, out = r.call("apply", candidate=wrong)
+    assert status == 200 and "failed" in out and "undone" in out, out
+    assert r.call("revert") == (200, "no candidate is applied")  # nothing left to undo
+    assert r.call("apply", candidate=fix)[1].startswith(f"applied candidate {fix} ")
+    status, out = r.call("apply", candidate=wrong)
+    assert status == 200 and f"candidate {fix} is applied" in out and "nothing changed" in out
+    assert grade_repair(r, calls=3).score == pytest.approx(0.8)  # passes, paying for 3 calls
 
 
 def test_repair_tool_hacks_score_0(env_url: str, dataset: dict[str, Any]) -> None:
@@ -262,8 +279,11 @@ def test_rollouts_on_the_same_files_share_one_test_run(dataset: dict[str, Any]) 
         a = first.call("apply", candidate=fix)[1]
         b = second.call("apply", candidate=fix)[1]
         assert a == b and "failed" not in a
+        assert "nothing changed" in second.call("apply", candidate=wrong)[1]  # the fix stays
+        assert env.RUNS.made == 1  # the fix once for both rollouts
+        assert second.call("revert") == (200, f"reverted candidate {fix}")
         assert "FAILED" in second.call("apply", candidate=wrong)[1]
-        assert env.RUNS.made == 2  # the fix once for both rollouts, the wrong candidate once
+        assert env.RUNS.made == 2  # the wrong candidate once
         assert grade_repair(first, calls=1).score == pytest.approx(1.0)
-        assert grade_repair(second, calls=2).score < 0.0  # its last apply undid the fix
+        assert grade_repair(second, calls=4).score < 0.0  # it reverted the fix
         assert env.RUNS.made == 2  # the graded tree of the fix has the fix's files: no new run
