@@ -428,7 +428,11 @@ def apply(ctx: TraceContext, candidate: int) -> str:
         ctx.state["edits"] += 1
         ctx.state["applied"] = {"number": chosen.number, "path": chosen.path, "text": original}
     # the counts and the failing tests only: the next choice is another number, not a reading
-    result = tested(ctx, root, list(ctx.item.get("tests") or []), detail=False)
+    try:
+        result = tested(ctx, root, list(ctx.item.get("tests") or []), detail=False)
+    except BaseException:
+        undo(ctx, root)  # untested: not kept (a kept candidate is one the tests passed with)
+        raise
     head = f"candidate {chosen.number} ({chosen.path}:{chosen.line}: {chosen.after.strip()})"
     with ctx.lock:
         passed = ctx.state["runs"][-1]["passed"]
