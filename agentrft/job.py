@@ -127,8 +127,8 @@ class Sampling(Strict):
         default=1024, ge=0
     )  # KV caches kept between a rollout's turns, so a turn prefills only its new tokens; 0 re-prefills every turn
     # hold every <tool_call> the policy writes to a tool's schema by grammar-constrained
-    # decoding (agentrft.policy.constrain); the log-probs trained on are then those of the
-    # masked, renormalised distribution the tokens were sampled from
+    # decoding (agentrft.policy.constrain); a token the grammar left as the only choice is
+    # FORCED (not trained), and log-probs stay those of the model's unmasked distribution
     constrained_tool_calls: bool = False
 
     @model_validator(mode="after")

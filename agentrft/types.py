@@ -32,6 +32,7 @@ class Origin(enum.IntEnum):
     TOOL_OUTPUT = 2  # text returned by a tool (or a parse error shown to the model)
     PREFILL = 3  # the job's fixed start of each reply, inserted, not sampled
     SAMPLED = 4  # chosen by the policy
+    FORCED = 5  # sampled, but the only token the tool-call grammar allowed: no choice, not trained
 
 
 @dataclass(frozen=True)

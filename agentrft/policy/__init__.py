@@ -23,8 +23,8 @@ class SamplingParams:
         str, ...
     ] = ()  # stop strings (the text that ends a reply early), kept in the output
     min_tokens: int = 0  # neither a stop token nor a stop string ends a reply before this many tokens (vLLM's min_tokens)
-    # the grammar the sampled tokens must follow (`policy.constrain`); log-probs are then of
-    # the masked, renormalised distribution
+    # the grammar the sampled tokens must follow (`policy.constrain`); log-probs stay those of
+    # the model's unmasked distribution, and a token the grammar left alone is marked forced
     constraint: ToolCallGrammar | None = None
 
 
@@ -40,11 +40,14 @@ def after_prefill(params: SamplingParams, prefill: str | None) -> SamplingParams
 @dataclass(frozen=True)
 class Completion:
     tokens: tuple[int, ...]  # sampled ids, the stop token included when one was produced
-    logprobs: tuple[float, ...]  # log p(token) under the sampling distribution (after temperature)
+    logprobs: tuple[float, ...]  # log p(token) under the model's distribution (after temperature, before masks)
     finish_reason: Literal["stop", "length"]
     stop_text: str = (
         ""  # the stop string matched; "" when a stop token ended the reply (or none did)
     )
+    # per token, True where a constraint left it the only choice (the grammar wrote it); ()
+    # when none was (engines that do not say leave it empty)
+    forced: tuple[bool, ...] = ()
 
     @property
     def ended_by_stop_token(self) -> bool:

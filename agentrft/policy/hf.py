@@ -294,9 +294,9 @@ class HFPolicy:
         live = fresh + extended  # original row of each batch row
         while True:
             live_rows = [rows[i] for i in live]
-            rules.mask(logits, live_rows)
+            masking = rules.mask(logits, live_rows)
             tok, logp = _choose(logits, params, [gens[i] for i in live])
-            rules.record(live_rows, tok, logp)
+            rules.record(live_rows, tok, logp, masking)
             keep = [j for j, i in enumerate(live) if rows[i].finish_reason is None]
             if (
                 cache is not None and cache.max_bytes > 0

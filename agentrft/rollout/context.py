@@ -58,9 +58,15 @@ class Context:
         self.origins.extend(origins)
         self.logprobs.extend([0.0] * len(tokens))
 
-    def sampled(self, tokens: Sequence[int], logprobs: Sequence[float]) -> None:
+    def sampled(
+        self, tokens: Sequence[int], logprobs: Sequence[float], forced: Sequence[bool] = ()
+    ) -> None:
+        """Append a reply's tokens; those in `forced` (the grammar's only choice) as FORCED."""
         self.tokens.extend(tokens)
-        self.origins.extend([Origin.SAMPLED] * len(tokens))
+        if forced:
+            self.origins.extend(Origin.FORCED if f else Origin.SAMPLED for f in forced)
+        else:
+            self.origins.extend([Origin.SAMPLED] * len(tokens))
         self.logprobs.extend(logprobs)
 
     def __len__(self) -> int:

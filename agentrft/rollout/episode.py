@@ -107,7 +107,7 @@ async def _turns(
             key=log.trace_id,
         )
         sample_s = time.perf_counter() - t0
-        ctx.sampled(completion.tokens, completion.logprobs)
+        ctx.sampled(completion.tokens, completion.logprobs, completion.forced)
         sampled_total += len(completion.tokens)
         text = (prefill or "") + tok.decode(
             list(completion.reply_tokens), skip_special_tokens=False

@@ -21,7 +21,7 @@ def token_counts(traj: Trajectory) -> dict[str, int]:
     counts = Counter(traj.origins)
     out = {o.name.lower(): counts.get(int(o), 0) for o in Origin}
     out["total"] = len(traj.tokens)
-    out["sampled"] = traj.sampled_tokens  # equal to the SAMPLED count when tokens are recorded
+    out["sampled"] = traj.sampled_tokens  # SAMPLED + FORCED when tokens are recorded
     return out
 
 

@@ -112,9 +112,9 @@ class RunningBatch:
 
     def _sample(self, logits: torch.Tensor, rows: Sequence[Row]) -> torch.Tensor:
         """Choose each row's next token, record it, and mark rows that it finishes."""
-        self.rules.mask(logits, rows)
+        masking = self.rules.mask(logits, rows)
         tok, logp = choose_rows(logits, [r.params for r in rows], [r.generator for r in rows])
-        self.rules.record(rows, tok, logp)
+        self.rules.record(rows, tok, logp, masking)
         return tok
 
     def retire(self, gone: Sequence[Row]) -> None:

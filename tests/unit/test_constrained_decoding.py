@@ -1,8 +1,9 @@
 """Grammar-constrained tool calls (`policy.constrain`) in both sampling loops: the static one
 of `HFPolicy.sample` (rollouts) and the continuous one of serve-model's scheduler. A tiny
 random Llama over the real tokenizer writes garbage on its own, so a reply that parses as a
-schema-valid call shows that the mask was applied; its log-probs must be those of the masked,
-renormalised distribution."""
+schema-valid call shows that the mask was applied; its log-probs must be those of the model's
+unmasked distribution (what the trainer recomputes), and a token the mask left alone is marked
+forced."""
 
 from __future__ import annotations
 
@@ -59,25 +60,32 @@ def test_the_static_loop_samples_only_valid_calls(policy: HFPolicy, tokenizer: A
     assert valid_calls(tokenizer, free) == 0  # the model alone: the test can fail
 
 
-def test_recorded_logprobs_are_of_the_masked_distribution(policy: HFPolicy, tokenizer: Any) -> None:
+def test_recorded_logprobs_are_unmasked_and_the_grammars_only_choices_are_forced(
+    policy: HFPolicy, tokenizer: Any
+) -> None:
     grammar = tool_call_grammar(TOOLS, "named", name="get_weather", inside_call=True)
     ids = prompt(tokenizer) + list(tokenizer.encode(OPEN + '{"name": "get_weather", "arguments": '))
     (c,) = policy.sample([ids], SamplingParams(max_tokens=40, constraint=grammar), seeds=[3])
     rules = policy.row_rules()
     matcher = grammar.matcher(tokenizer, rules.vocab_size, rules.stop_token_ids)
     ctx = list(ids)
+    seen = set()
+    assert len(c.forced) == len(c.tokens)
     with torch.no_grad():
-        for tok, logp in list(zip(c.tokens, c.logprobs, strict=True))[:5]:
+        for tok, logp, forced in zip(c.tokens, c.logprobs, c.forced, strict=True):
             logits = policy.model(torch.tensor([ctx])).logits[:, -1, :].float()
             plain = torch.log_softmax(logits, -1)[0, tok].item()
             from agentrft.policy.constrain import apply_grammars
 
             apply_grammars(logits, [(0, matcher)], None)
             masked = torch.log_softmax(logits, -1)[0, tok].item()
-            assert logp == pytest.approx(masked, abs=1e-4)
-            assert masked >= plain - 1e-6  # renormalised over fewer tokens
+            assert logp == pytest.approx(plain, abs=1e-4)
+            assert forced == (int(torch.isfinite(logits).sum()) == 1)
+            seen.add(forced)
             matcher.accept_token(tok)
             ctx.append(tok)
+    assert seen == {True, False}  # the call's keys are forced, its values are choices
+    assert masked >= plain - 1e-6
     text = OPEN + '{"name": "get_weather", "arguments": ' + tokenizer.decode(list(c.reply_tokens))
     assert json.loads(text[len(OPEN) : text.index("</tool_call>")])["arguments"]["city"] in (
         "Paris",
@@ -141,3 +149,22 @@ def test_after_is_one_grammar_per_prefix_and_a_prefill_off_the_grammar_is_named(
     bad = grammar.after(OPEN + '{"name": "no_such_tool"')
     with pytest.raises(ConstraintError, match="no_such_tool"):
         bad.matcher(tokenizer, rules.vocab_size, rules.stop_token_ids)
+
+
+def test_forced_tokens_are_kept_in_the_context_but_not_trained() -> None:
+    from agentrft.rollout.context import Context
+    from agentrft.train.update import Scored
+    from agentrft.types import Item, Origin, StopReason, Trajectory
+
+    ctx = Context()
+    ctx.insert([1, 2], [Origin.PROMPT] * 2)
+    ctx.sampled([5, 6, 7], [-0.1, -9.0, -0.3], [False, True, False])
+    ctx.sampled([8], [-0.2])  # an engine that does not say: every token was a choice
+    assert ctx.origins[2:] == [Origin.SAMPLED, Origin.FORCED, Origin.SAMPLED, Origin.SAMPLED]
+    traj = Trajectory(
+        "t", Item(0, (), {}, "x.jsonl:1"), (), (), tuple(ctx.tokens), tuple(ctx.origins),
+        tuple(ctx.logprobs), StopReason.FINAL_ANSWER,
+    )
+    scored = Scored.from_trajectory(traj, advantage=-1.0)
+    assert scored.targets == [2, 4, 5]
+    assert scored.sampler_logp == [-0.1, -0.3, -0.2]
