@@ -40,7 +40,9 @@ def after_prefill(params: SamplingParams, prefill: str | None) -> SamplingParams
 @dataclass(frozen=True)
 class Completion:
     tokens: tuple[int, ...]  # sampled ids, the stop token included when one was produced
-    logprobs: tuple[float, ...]  # log p(token) under the model's distribution (after temperature, before masks)
+    logprobs: tuple[
+        float, ...
+    ]  # log p(token) under the model's distribution (after temperature, before masks)
     finish_reason: Literal["stop", "length"]
     stop_text: str = (
         ""  # the stop string matched; "" when a stop token ended the reply (or none did)

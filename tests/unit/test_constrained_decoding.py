@@ -162,8 +162,14 @@ def test_forced_tokens_are_kept_in_the_context_but_not_trained() -> None:
     ctx.sampled([8], [-0.2])  # an engine that does not say: every token was a choice
     assert ctx.origins[2:] == [Origin.SAMPLED, Origin.FORCED, Origin.SAMPLED, Origin.SAMPLED]
     traj = Trajectory(
-        "t", Item(0, (), {}, "x.jsonl:1"), (), (), tuple(ctx.tokens), tuple(ctx.origins),
-        tuple(ctx.logprobs), StopReason.FINAL_ANSWER,
+        "t",
+        Item(0, (), {}, "x.jsonl:1"),
+        (),
+        (),
+        tuple(ctx.tokens),
+        tuple(ctx.origins),
+        tuple(ctx.logprobs),
+        StopReason.FINAL_ANSWER,
     )
     scored = Scored.from_trajectory(traj, advantage=-1.0)
     assert scored.targets == [2, 4, 5]
