@@ -329,13 +329,17 @@ def doctor_job(
     probes_file: str | None = None,
     model: str | None = None,
     threshold: float = 1.0,
+    preflight_out: Path | None = None,
 ) -> dict[str, Any]:
     """Run the four checks on `items` (K base rollouts each; `train_items` for the traffic
-    comparison, default `items`); write out/doctor.json and out/rollouts.jsonl."""
+    comparison, default `items`); write out/doctor.json and out/rollouts.jsonl. With
+    `preflight_out`, the pre-flight on the same base rollouts is written there too (what
+    `preflight_job` on these rows would write, without sampling them again), and the returned
+    report's "preflight" keeps its "eval"."""
     from agentrft.console import console
     from agentrft.evaluate.eval import graded_records
     from agentrft.evaluate.hack_probes import PROBES, ProbeSettings, load_user_probes, run_probes
-    from agentrft.evaluate.measure import job_grader, require, sample_rollouts
+    from agentrft.evaluate.measure import job_grader, require, sample_rollouts, write_preflight
     from agentrft.evaluate.traffic import compare_traffic, load_traffic
     from agentrft.rollout.records import finite, write_jsonl
     from agentrft.runtime import job_environment
@@ -366,7 +370,12 @@ def doctor_job(
     trajs_by_row: dict[int, list[Trajectory]] = {}  # what the tools returned, base and probes
     for g in [*first, *probe_groups]:
         trajs_by_row.setdefault(g.item.index, []).extend(g.trajectories)
-    rep = preflight(first, [x for x in (1, 2, 4, 8, 16, 32) if x <= k], threshold)
+    ks = [x for x in (1, 2, 4, 8, 16, 32) if x <= k]
+    rep = (
+        write_preflight(first, k, preflight_out, threshold)
+        if preflight_out is not None
+        else preflight(first, ks, threshold)
+    )
     comparison = (
         compare_traffic(
             list(train_items or items), [t for g in first for t in g.trajectories], served
@@ -391,7 +400,7 @@ def doctor_job(
     out.mkdir(parents=True, exist_ok=True)
     (out / "doctor.json").write_text(json.dumps(finite(report), indent=2, default=str))
     write_jsonl(out / "rollouts.jsonl", graded_records(first))
-    return report
+    return report | {"preflight": rep} if preflight_out is not None else report
 
 
 def _shown(path: str) -> str:

@@ -200,12 +200,20 @@ def preflight_job(
     threshold: float = 1.0,
 ) -> dict[str, Any]:
     """The learnability check on `items`; writes preflight.json and rollouts.jsonl."""
+    require(k >= 2, "preflight needs -k 2 or more: signal means rewards that differ across samples")
+    groups = run_graded(job, items, k, model, temperature, label="preflight")
+    return write_preflight(groups, k, out, threshold)
+
+
+def write_preflight(
+    groups: Sequence[Any], k: int, out: Path, threshold: float = 1.0
+) -> dict[str, Any]:
+    """The pre-flight's report on graded groups of K rollouts; writes out/preflight.json and
+    out/rollouts.jsonl (the doctor calls it on its own base rollouts, which are the same kind)."""
     from agentrft.evaluate.eval import graded_records
     from agentrft.evaluate.preflight import preflight
     from agentrft.rollout.records import finite, write_jsonl
 
-    require(k >= 2, "preflight needs -k 2 or more: signal means rewards that differ across samples")
-    groups = run_graded(job, items, k, model, temperature, label="preflight")
     rep = preflight(groups, [x for x in (1, 2, 4, 8, 16, 32) if x <= k], threshold)
     out.mkdir(parents=True, exist_ok=True)
     (out / "preflight.json").write_text(json.dumps(finite(rep), indent=2))

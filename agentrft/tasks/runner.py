@@ -194,30 +194,49 @@ class Measured:
 
 
 def run_doctor(
-    recipe: Recipe, job: Job, train_items: list[Any], out: Path, label: str
+    recipe: Recipe,
+    job: Job,
+    train_items: list[Any],
+    out: Path,
+    label: str,
+    preflight_out: Path | None = None,
 ) -> dict[str, Any]:
-    """The doctor's four checks on the pre-flight's training rows; prints its table."""
+    """The doctor's four checks on the pre-flight's training rows; prints its table. With
+    `preflight_out`, its base rollouts are the pre-flight's too (doctor_job)."""
     rows = recipe.select_preflight(train_items, recipe.preflight_rows)
     console.rule(f"{label}doctor: {len(rows)} training {recipe.rows} x {recipe.doctor_k}")
-    rep = doctor_job(job, rows, recipe.doctor_k, out / "doctor", train_items=train_items)
+    rep = doctor_job(
+        job,
+        rows,
+        recipe.doctor_k,
+        out / "doctor",
+        train_items=train_items,
+        preflight_out=preflight_out,
+    )
     console.print(doctor_table(rep))
     return rep
 
 
 def measure(recipe: Recipe, job: Job, data: Path, out: Path, label: str) -> Measured:
     """The doctor, the baseline on the held-out rows, then the pre-flight on training rows,
-    for one variant."""
+    for one variant. The doctor samples the pre-flight's rows; when it samples as many per row
+    (doctor_k == preflight_k), the pre-flight is read from those rollouts, not sampled again."""
     train_items = load_dataset(data / "train.jsonl")
     val_items = recipe.select_val(load_dataset(data / "val.jsonl"))
-    doctor = run_doctor(recipe, job, train_items, out, label)
     n, k, rows = recipe.eval_samples, recipe.preflight_k, recipe.preflight_rows
+    shared = recipe.doctor_k == k
+    doctor = run_doctor(recipe, job, train_items, out, label, out / "preflight" if shared else None)
     console.rule(
         f"{label}baseline: the base model on {len(val_items)} held-out {recipe.rows} x {n}"
     )
     before = evaluate_model(job, val_items, n, "base", out / "baseline", label="baseline")
     console.print(summary_table(before, title=f"{label}baseline"))
-    console.rule(f"{label}pre-flight: {rows} training {recipe.rows} x {k}")
-    rep = preflight_job(job, recipe.select_preflight(train_items, rows), k, out / "preflight")
+    if shared:
+        console.rule(f"{label}pre-flight: the doctor's {rows} training {recipe.rows} x {k}")
+        rep = doctor["preflight"]
+    else:
+        console.rule(f"{label}pre-flight: {rows} training {recipe.rows} x {k}")
+        rep = preflight_job(job, recipe.select_preflight(train_items, rows), k, out / "preflight")
     print_preflight(rep)
     return Measured(job, train_items, val_items, out, before, rep, doctor)
 

@@ -94,8 +94,11 @@ def _stub_stages(monkeypatch, verdicts: dict[str, str]) -> list[str]:
     monkeypatch.setattr(recipes, "summary_table", lambda *a, **k: "")
     monkeypatch.setattr(recipes, "write_report", lambda path, **k: path)
 
-    def doctor_job(job, items, k, out, train_items):
-        return {"checks": [{"rule": "best-of-k rises", "status": "pass"}]}
+    def doctor_job(job, items, k, out, train_items, preflight_out=None):
+        rep = {"checks": [{"rule": "best-of-k rises", "status": "pass"}]}
+        if preflight_out is not None:  # the doctor's base rollouts are the pre-flight's
+            rep["preflight"] = preflight_job(job, items, k, preflight_out)
+        return rep
 
     monkeypatch.setattr(recipes, "doctor_job", doctor_job)
     monkeypatch.setattr(recipes, "doctor_table", lambda rep: "")
@@ -182,3 +185,32 @@ def test_only_measures_and_trains_the_named_variant(tmp_path, monkeypatch):
         recipes.run(recipe, tmp_path / "out2", only="easy")
     seeds = recipes.run_seeds(recipe, tmp_path / "seeds", [1, 2], only="repair")
     assert trained == ["repair"] * 3 and set(seeds["seeds"]) == {"1", "2"}
+
+
+def test_the_pre_flight_reads_the_doctors_rollouts_when_it_samples_as_many_per_row(
+    tmp_path, monkeypatch
+):
+    import dataclasses
+
+    trained = _stub_stages(monkeypatch, {"*": "learnable"})
+    sampled = []
+    doctor = recipes.doctor_job
+
+    def counting_doctor(job, items, k, out, train_items, preflight_out=None):
+        sampled.append(("doctor", k, preflight_out is not None))
+        return doctor(job, items, k, out, train_items, preflight_out)
+
+    pre = recipes.preflight_job
+    monkeypatch.setattr(recipes, "doctor_job", counting_doctor)
+    recipe = dataclasses.replace(_variant_recipe(tmp_path, (recipes.Variant(),)), preflight_k=4)
+    summary = recipes.run(recipe, tmp_path / "out")
+    assert sampled == [("doctor", 4, True)] and trained == ["out"]
+    assert summary["variants"]["task"]["preflight"]["verdict"] == "learnable"
+    assert (tmp_path / "out/preflight/rollouts.jsonl").exists()  # where the report reads it
+    # a pre-flight that samples more per row than the doctor samples on its own
+    sampled.clear()
+    monkeypatch.setattr(
+        recipes, "preflight_job", lambda *a: sampled.append(("preflight", a[2])) or pre(*a)
+    )
+    recipes.run(dataclasses.replace(recipe, preflight_k=8), tmp_path / "out2")
+    assert sampled == [("doctor", 4, False), ("preflight", 8)]
