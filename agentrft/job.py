@@ -236,6 +236,9 @@ class Extension(Strict):
     # (or every reply with prefill_turns: all), or a list with one prefix per reply in order
     prefill: str | list[str] | None = None
     prefill_turns: Literal["first", "all"] = "first"
+    # stop prefilling once a tool's output contains this text (say, the environment's "the
+    # tests pass"), so the replies after a solved task are the model's own
+    prefill_until: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _prefill_shape(self) -> Extension:

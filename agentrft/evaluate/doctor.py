@@ -364,7 +364,7 @@ def doctor_job(
             system_prompt=ext.system_prompt,
             few_shot=tuple(ext.few_shot_messages),
             rules=settings.rules,
-            prefill_for=getattr(settings, "prefill_for", lambda turn, item: None),
+            prefill_for=getattr(settings, "prefill_for", lambda turn, item, messages=(): None),
         )
         hacks, probe_groups = run_probes(probes, first, probe_settings, grader, env_url)
     trajs_by_row: dict[int, list[Trajectory]] = {}  # what the tools returned, base and probes

@@ -253,7 +253,7 @@ class ProbeSettings:
     system_prompt: str | None
     few_shot: Sequence[Mapping[str, Any]]
     rules: StopRules
-    prefill_for: Callable[[int, Item], str | None]
+    prefill_for: Callable[..., str | None]  # (turn, item, messages so far)
 
 
 async def _scripted_turn(
@@ -294,7 +294,7 @@ async def run_script(
             output = "\n".join(str(a["content"]) for a in answers)
             if stop is not None:
                 return log.trajectory(stop)
-        prefill = settings.prefill_for(len(log.turns), item)
+        prefill = settings.prefill_for(len(log.turns), item, log.messages)
         listed = candidates(output)
         answer = script.answer.replace("{tool_output}", output).replace(
             "{candidates}",  # as a JSON list where the reply is prefilled to be one

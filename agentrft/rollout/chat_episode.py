@@ -164,7 +164,11 @@ async def _chat_episode(
         if budget < 1:
             stop = StopReason.MAX_TOKENS
             break
-        prefilled = settings.prefill is not None and (not log.turns or settings.prefill_all_turns)
+        prefilled = (
+            settings.prefill is not None
+            and (not log.turns or settings.prefill_all_turns)
+            and not settings.prefill_ended(log.messages)
+        )
         t0 = time.perf_counter()
         try:
             (choice,) = await chat.chat(

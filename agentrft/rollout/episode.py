@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -41,8 +43,13 @@ class RolloutSettings(EpisodeSettings):
     context_window: int = 2048
     prefills: tuple[str, ...] = ()  # fixed start of reply 0, 1, ... (inserted, not sampled)
 
-    def prefill_for(self, turn: int, item: Item) -> str | None:
-        """The text reply `turn` starts with; a row's own `prefill` replaces the first."""
+    def prefill_for(
+        self, turn: int, item: Item, messages: Sequence[Mapping[str, Any]] = ()
+    ) -> str | None:
+        """The text reply `turn` starts with, given the rollout's `messages` so far; a row's
+        own `prefill` replaces the first. None once a tool said `prefill_until`."""
+        if turn and self.prefill_ended(messages):
+            return None
         if turn == 0 and item.prefill is not None:
             return item.prefill
         if self.prefill_all_turns:
@@ -85,7 +92,7 @@ async def _turns(
     stop: StopReason | None
 
     while True:
-        prefill = settings.prefill_for(len(log.turns), item)
+        prefill = settings.prefill_for(len(log.turns), item, log.messages)
         prefill_ids = renderer.prefill_tokens(prefill) if prefill else []
         if prefill_ids:
             ctx.insert(prefill_ids, [Origin.PREFILL] * len(prefill_ids))

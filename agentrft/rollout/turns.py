@@ -81,6 +81,16 @@ class EpisodeSettings:
     max_episode_steps: int | None = None  # replies per rollout
     max_tool_calls: int | None = None  # a rollout stops once it asks for more than this
     prefill_all_turns: bool = False  # repeat the first prefill on every reply
+    prefill_until: str | None = None  # no prefill once a tool's output contains this text
+
+    def prefill_ended(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """True once a tool's output in `messages` contains `prefill_until` (say, the
+        environment's "the tests pass"): from then on the replies are the model's own, so a
+        solved task is not made to call again."""
+        until = self.prefill_until
+        return until is not None and any(
+            m.get("role") == "tool" and until in str(m.get("content") or "") for m in messages
+        )
 
     @property
     def schemas(self) -> dict[str, Any]:

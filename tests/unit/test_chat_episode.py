@@ -235,3 +235,17 @@ def test_settings_and_client_are_picklable(endpoint: OpenAIChat) -> None:
     assert pickle.loads(pickle.dumps(endpoint)) == endpoint
     copy = pickle.loads(pickle.dumps(settings))
     assert copy.schemas == settings.schemas and copy.few_shot_messages == FEW_SHOT
+
+
+def test_prefill_ends_once_a_tool_output_has_the_until_text() -> None:
+    """The condition both drivers use for `prefill_until` (an endpoint's reply is then sent
+    without tool_choice="required"): tool outputs only, not the user's or model's words."""
+    settings = ChatRolloutSettings(
+        tools=TOOLS, prefill="<tool_call>", prefill_all_turns=True, prefill_until="capital:"
+    )
+    asked = [{"role": "user", "content": "capital: of Norway?"}]
+    assert not settings.prefill_ended(asked)
+    assert settings.prefill_ended([*asked, {"role": "tool", "content": "capital: Oslo"}])
+    assert not ChatRolloutSettings(tools=TOOLS, prefill="<tool_call>").prefill_ended(
+        [{"role": "tool", "content": "capital: Oslo"}]
+    )

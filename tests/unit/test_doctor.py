@@ -48,7 +48,7 @@ def probe_settings(job: Any, env_url: str | None) -> ProbeSettings:
         system_prompt=job.agentrft.system_prompt,
         few_shot=tuple(job.agentrft.few_shot_messages),
         rules=StopRules(job.rl.max_episode_steps),
-        prefill_for=lambda turn, item: None,
+        prefill_for=lambda turn, item, messages=(): None,
     )
 
 

@@ -126,6 +126,17 @@ def test_per_reply_prefills(tokenizer):
     ) + len(tokenizer.encode('["', add_special_tokens=False))
 
 
+def test_prefills_stop_once_a_tool_says_the_until_text(tokenizer):
+    """`prefill_until`: the reply after a tool output that contains it is the model's own
+    (a solved task is not made to call again); until then the per-reply prefills go on."""
+    first = '<tool_call>{"name": "add", "arguments": {"a": '
+    replies = ['2, "b": 3}}</tool_call>', "Done."]
+    (traj,), _ = run(tokenizer, replies, prefills=(first, first), prefill_until="5")
+    assert traj.turns[0].text.startswith(first) and traj.turns[1].text == "Done."
+    (traj,), _ = run(tokenizer, replies, prefills=(first, first), prefill_until="7")
+    assert traj.turns[1].text.startswith(first)
+
+
 def test_stop_rules(tokenizer):
     (t,), _ = run(tokenizer, [call(1, 2)], max_episode_steps=3)
     assert t.stop_reason == StopReason.MAX_EPISODE_STEPS and len(t.turns) == 3

@@ -409,10 +409,18 @@ def apply(ctx: TraceContext, candidate: int) -> str:
         )
     with ctx.lock:
         kept = ctx.state.get("applied")
+        # the edit count after a candidate failed: the same count means the same files
+        failed_at = ctx.state.get("failed", {}).get(chosen.number)
+        unchanged = failed_at is not None and failed_at == ctx.state["edits"]
     if kept is not None:
         return (
             f"candidate {kept['number']} is applied and the tests passed with it; "
             f"nothing changed (revert it first to try candidate {chosen.number})"
+        )
+    if unchanged:  # the same candidate on the same files: the tests would fail again
+        return (
+            f"candidate {chosen.number} was tried already and the tests failed with it; "
+            "nothing changed since, so the tests were not run again. Apply another candidate."
         )
     full = rw.confine(root, chosen.path)
     lines = full.read_text().splitlines(keepends=True)
@@ -439,6 +447,8 @@ def apply(ctx: TraceContext, candidate: int) -> str:
     if passed:
         return f"applied {head}\ntests: {result}\nThe tests pass; it stays applied."
     undo(ctx, root)
+    with ctx.lock:
+        ctx.state.setdefault("failed", {})[chosen.number] = ctx.state["edits"]
     return f"tried {head}\ntests: {result}\nThe tests fail with it, so it was undone."
 
 

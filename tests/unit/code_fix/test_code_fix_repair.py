@@ -181,10 +181,36 @@ def test_apply_undoes_a_failing_candidate_and_keeps_a_passing_one(
     status, out = r.call("apply", candidate=wrong)
     assert status == 200 and "failed" in out and "undone" in out, out
     assert r.call("revert") == (200, "no candidate is applied")  # nothing left to undo
-    assert r.call("apply", candidate=fix)[1].startswith(f"applied candidate {fix} ")
+    passed = r.call("apply", candidate=fix)[1]
+    assert passed.startswith(f"applied candidate {fix} ")
+    # what apply says on a pass is what ends the repair job's prefills
+    from agentrft.job import load_job
+
+    until = load_job(RECIPE / "job_repair.yaml").agentrft.prefill_until
+    assert until and until in passed and until not in out
     status, out = r.call("apply", candidate=wrong)
     assert status == 200 and f"candidate {fix} is applied" in out and "nothing changed" in out
     assert grade_repair(r, calls=3).score == pytest.approx(0.8)  # passes, paying for 3 calls
+
+
+def test_apply_answers_a_candidate_tried_on_the_same_files_without_running_the_tests(
+    env_url: str, dataset: dict[str, Any]
+) -> None:
+    """A failed candidate tried again on unchanged files is answered at once (the tests are
+    not run again, and the answer asks for another number); once a file changed, it is a new
+    try."""
+    row = row_for(dataset, "clamp", "flip_comparison", "if x >= low:")
+    r = Rollout(env_url, row)
+    wrong = numbered(r, "if x <= high:")
+    assert "undone" in r.call("apply", candidate=wrong)[1]
+    status, out = r.call("apply", candidate=wrong)
+    assert status == 200 and "tried already" in out and "not run again" in out, out
+    assert "tests:" not in out
+    # an edit elsewhere in the file changes the files: the same number is tried for real
+    edited = r.call("edit", path="calc/core.py", old="def clamp", new="def clamp ")
+    assert edited[0] == 200, edited
+    status, out = r.call("apply", candidate=wrong)
+    assert status == 200 and out.startswith(f"tried candidate {wrong} ") and "tests:" in out, out
 
 
 def test_repair_tool_hacks_score_0(env_url: str, dataset: dict[str, Any]) -> None:
