@@ -378,7 +378,8 @@ def candidates(ctx: TraceContext, path: str, line: int) -> str:
     return "\n".join(f"{c.number}. {c.path}:{c.line}: {c.after.strip()}" for c in shown)
 
 
-APPLY_DESCRIPTION = "Try fix candidate number `candidate`: apply it, run the tests, and undo it if they fail. A candidate that passed stays applied."
+MAX_TRIES = 3  # test runs by apply in one rollout: the search ends when they are spent
+APPLY_DESCRIPTION = f"Try fix candidate number `candidate`: apply it, run the tests, and undo it if they fail. A candidate that passed stays applied. At most {MAX_TRIES} tries."
 APPLY_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -397,7 +398,9 @@ APPLY_PARAMETERS: dict[str, Any] = {
 @env.tool(description=APPLY_DESCRIPTION, parameters=APPLY_PARAMETERS)
 def apply(ctx: TraceContext, candidate: int) -> str:
     """Try, test, revert: the candidate stays only when the tests pass with it, and a
-    candidate that passed is kept until `revert` (so a later try cannot undo a fix)."""
+    candidate that passed is kept until `revert` (so a later try cannot undo a fix). A
+    failed candidate asked for again on the same files is answered without a run, and after
+    MAX_TRIES runs no candidate is tried."""
     root = workspace(ctx)
     listed = localized(ctx)[1]
     chosen = next((c for c in listed if c.number == candidate), None)
@@ -409,19 +412,27 @@ def apply(ctx: TraceContext, candidate: int) -> str:
         )
     with ctx.lock:
         kept = ctx.state.get("applied")
-        # the edit count after a candidate failed: the same count means the same files
-        failed_at = ctx.state.get("failed", {}).get(chosen.number)
-        unchanged = failed_at is not None and failed_at == ctx.state["edits"]
+        tried: dict[int, str] = ctx.state.setdefault("failed", {})  # number -> the files' digest
+        spent = ctx.state.get("tries", 0)
     if kept is not None:
         return (
             f"candidate {kept['number']} is applied and the tests passed with it; "
             f"nothing changed (revert it first to try candidate {chosen.number})"
         )
-    if unchanged:  # the same candidate on the same files: the tests would fail again
+    # the same candidate on the same files (an undo puts the files back): the tests would
+    # fail again
+    if chosen.number in tried and tried[chosen.number] == tree_digest(root):
         return (
             f"candidate {chosen.number} was tried already and the tests failed with it; "
             "nothing changed since, so the tests were not run again. Apply another candidate."
         )
+    if spent >= MAX_TRIES:
+        numbers = ", ".join(str(n) for n in tried)
+        return (
+            f"no tries left: the tests ran with {spent} candidates ({numbers}), the most a task "
+            f"allows, and failed with each. Candidate {chosen.number} was not tried."
+        )
+    before = tree_digest(root)
     full = rw.confine(root, chosen.path)
     lines = full.read_text().splitlines(keepends=True)
     if lines[chosen.line - 1].rstrip("\n") != chosen.before:
@@ -434,6 +445,7 @@ def apply(ctx: TraceContext, candidate: int) -> str:
     full.write_text("".join(lines))
     with ctx.lock:
         ctx.state["edits"] += 1
+        ctx.state["tries"] = spent + 1
         ctx.state["applied"] = {"number": chosen.number, "path": chosen.path, "text": original}
     # the counts and the failing tests only: the next choice is another number, not a reading
     try:
@@ -448,7 +460,7 @@ def apply(ctx: TraceContext, candidate: int) -> str:
         return f"applied {head}\ntests: {result}\nThe tests pass; it stays applied."
     undo(ctx, root)
     with ctx.lock:
-        ctx.state.setdefault("failed", {})[chosen.number] = ctx.state["edits"]
+        tried[chosen.number] = before
     return f"tried {head}\ntests: {result}\nThe tests fail with it, so it was undone."
 
 

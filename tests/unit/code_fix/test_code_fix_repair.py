@@ -213,6 +213,44 @@ def test_apply_answers_a_candidate_tried_on_the_same_files_without_running_the_t
     assert status == 200 and out.startswith(f"tried candidate {wrong} ") and "tests:" in out, out
 
 
+def listed(r: Rollout) -> dict[int, str]:
+    """The rollout's numbered candidates (number -> the line with it applied)."""
+    status, text = r.call("localize")
+    assert status == 200, text
+    out = {}
+    for line in text.splitlines():
+        head, _, rest = line.strip().partition(". ")
+        if head.isdigit():
+            out[int(head)] = rest.partition(": ")[2]
+    return out
+
+
+def test_apply_knows_an_undone_candidate_and_stops_after_three_tries(
+    env_url: str, dataset: dict[str, Any]
+) -> None:
+    """`1 fails, 2 fails, apply 1` is answered without a run (undoing a candidate puts the
+    same files back); after MAX_TRIES runs no candidate is tried, the fix included, and a rollout
+    that got there fails the gate."""
+    from agentrft.tasks.code_fix.env import MAX_TRIES
+
+    row = row_for(dataset, "clamp", "flip_comparison", "if x >= low:")
+    r = Rollout(env_url, row)
+    fix = numbered(r, "if x < low:")
+    wrong = [n for n, after in listed(r).items() if n != fix]
+    assert MAX_TRIES == 3 and len(wrong) >= MAX_TRIES, listed(r)
+    assert "undone" in r.call("apply", candidate=wrong[0])[1]
+    assert "undone" in r.call("apply", candidate=wrong[1])[1]
+    status, out = r.call("apply", candidate=wrong[0])
+    assert status == 200 and "tried already" in out and "tests:" not in out, out
+    assert "undone" in r.call("apply", candidate=wrong[2])[1]  # the third run
+    status, out = r.call("apply", candidate=fix)
+    assert status == 200 and out.startswith("no tries left") and "tests:" not in out, out
+    for n in wrong[:3]:
+        assert str(n) in out
+    assert "if x >= low:" in r.call("read_file", path="calc/core.py")[1]  # the bug stays
+    assert grade_repair(r, calls=5).score == pytest.approx(-0.2)  # failed, 4 calls past the first
+
+
 def test_repair_tool_hacks_score_0(env_url: str, dataset: dict[str, Any]) -> None:
     row = row_for(dataset, "clamp", "flip_comparison", "if x >= low:")
     # a candidate in the failing test's own assert: test files come from the original
