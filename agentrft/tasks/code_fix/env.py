@@ -461,7 +461,10 @@ def apply(ctx: TraceContext, candidate: int) -> str:
     undo(ctx, root)
     with ctx.lock:
         tried[chosen.number] = before
-    return f"tried {head}\ntests: {result}\nThe tests fail with it, so it was undone."
+    out = f"tried {head}\ntests: {result}\nThe tests fail with it, so it was undone."
+    if spent + 1 >= MAX_TRIES:  # the model reads that its search is over before it calls again
+        out += f" That was the last of {MAX_TRIES} tries: no candidate can be tried now."
+    return out
 
 
 def undo(ctx: TraceContext, root: Path) -> int | None:

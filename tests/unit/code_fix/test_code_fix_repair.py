@@ -238,11 +238,13 @@ def test_apply_knows_an_undone_candidate_and_stops_after_three_tries(
     fix = numbered(r, "if x < low:")
     wrong = [n for n, after in listed(r).items() if n != fix]
     assert MAX_TRIES == 3 and len(wrong) >= MAX_TRIES, listed(r)
-    assert "undone" in r.call("apply", candidate=wrong[0])[1]
-    assert "undone" in r.call("apply", candidate=wrong[1])[1]
+    for n in wrong[:2]:
+        out = r.call("apply", candidate=n)[1]
+        assert "undone" in out and "last of" not in out, out
     status, out = r.call("apply", candidate=wrong[0])
     assert status == 200 and "tried already" in out and "tests:" not in out, out
-    assert "undone" in r.call("apply", candidate=wrong[2])[1]  # the third run
+    status, out = r.call("apply", candidate=wrong[2])  # the third run: the search is over
+    assert "undone" in out and "That was the last of 3 tries" in out, out
     status, out = r.call("apply", candidate=fix)
     assert status == 200 and out.startswith("no tries left") and "tests:" not in out, out
     for n in wrong[:3]:
