@@ -379,6 +379,9 @@ def candidates(ctx: TraceContext, path: str, line: int) -> str:
 
 
 MAX_TRIES = 3  # test runs by apply in one rollout: the search ends when they are spent
+# the search is over (a pass, or the tries spent): the only thing left is the answer, and
+# every further call is a cost (an earlier answer offered a revert, and trained models took it)
+DONE = "The task is over: reply with one short sentence, and call no more tools."
 APPLY_DESCRIPTION = f"Try fix candidate number `candidate`: apply it, run the tests, and undo it if they fail. A candidate that passed stays applied. At most {MAX_TRIES} tries."
 APPLY_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -416,8 +419,8 @@ def apply(ctx: TraceContext, candidate: int) -> str:
         spent = ctx.state.get("tries", 0)
     if kept is not None:
         return (
-            f"candidate {kept['number']} is applied and the tests passed with it; "
-            f"nothing changed (revert it first to try candidate {chosen.number})"
+            f"candidate {kept['number']} is applied and the tests passed with it, so the bug is "
+            f"fixed; candidate {chosen.number} was not tried. {DONE}"
         )
     # the same candidate on the same files (an undo puts the files back): the tests would
     # fail again
@@ -430,7 +433,7 @@ def apply(ctx: TraceContext, candidate: int) -> str:
         numbers = ", ".join(str(n) for n in tried)
         return (
             f"no tries left: the tests ran with {spent} candidates ({numbers}), the most a task "
-            f"allows, and failed with each. Candidate {chosen.number} was not tried."
+            f"allows, and failed with each. Candidate {chosen.number} was not tried. {DONE}"
         )
     before = tree_digest(root)
     full = rw.confine(root, chosen.path)
@@ -457,13 +460,13 @@ def apply(ctx: TraceContext, candidate: int) -> str:
     with ctx.lock:
         passed = ctx.state["runs"][-1]["passed"]
     if passed:
-        return f"applied {head}\ntests: {result}\nThe tests pass; it stays applied."
+        return f"applied {head}\ntests: {result}\nThe tests pass; it stays applied. {DONE}"
     undo(ctx, root)
     with ctx.lock:
         tried[chosen.number] = before
     out = f"tried {head}\ntests: {result}\nThe tests fail with it, so it was undone."
     if spent + 1 >= MAX_TRIES:  # the model reads that its search is over before it calls again
-        out += f" That was the last of {MAX_TRIES} tries: no candidate can be tried now."
+        out += f" That was the last of {MAX_TRIES} tries: no candidate can be tried now. {DONE}"
     return out
 
 

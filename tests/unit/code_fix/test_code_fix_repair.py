@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agentrft.tasks.code_fix.env import DONE
 from tests.unit.code_fix.conftest import RECIPE, Rollout, load_env, make_project, row_for
 
 PYTEST = "python -m pytest -q -p no:cacheprovider --no-header"
@@ -162,9 +163,9 @@ def test_the_repair_grader_pays_less_for_more_attempts(
     r = Rollout(env_url, row)
     r.call("apply", candidate=wrong)
     r.call("apply", candidate=wrong)
-    # behind the gate nothing is earned, and the calls still cost (half): a loop on a wrong
+    # behind the gate nothing is earned, and the calls still cost: a loop on a wrong
     # fix is worse than giving up after one try
-    assert grade_repair(r, calls=2).score == pytest.approx(-0.05)
+    assert grade_repair(r, calls=2).score == pytest.approx(-0.1)
     r = Rollout(env_url, row)
     r.call("apply", candidate=wrong)
     assert grade_repair(r, calls=1).score == 0.0
@@ -188,8 +189,12 @@ def test_apply_undoes_a_failing_candidate_and_keeps_a_passing_one(
 
     until = load_job(RECIPE / "job_repair.yaml").agentrft.prefill_until
     assert until and until in passed and until not in out
+    # the search is over: apply says so, and that the answer is what comes next
+    assert DONE in passed and DONE not in out, passed
     status, out = r.call("apply", candidate=wrong)
-    assert status == 200 and f"candidate {fix} is applied" in out and "nothing changed" in out
+    assert status == 200 and f"candidate {fix} is applied" in out, out
+    assert f"candidate {wrong} was not tried" in out and DONE in out and "revert" not in out, out
+    assert "if x < low:" in r.call("read_file", path="calc/core.py")[1]  # the fix stays
     assert grade_repair(r, calls=3).score == pytest.approx(0.8)  # passes, paying for 3 calls
 
 
@@ -240,17 +245,18 @@ def test_apply_knows_an_undone_candidate_and_stops_after_three_tries(
     assert MAX_TRIES == 3 and len(wrong) >= MAX_TRIES, listed(r)
     for n in wrong[:2]:
         out = r.call("apply", candidate=n)[1]
-        assert "undone" in out and "last of" not in out, out
+        assert "undone" in out and "last of" not in out and DONE not in out, out
     status, out = r.call("apply", candidate=wrong[0])
     assert status == 200 and "tried already" in out and "tests:" not in out, out
     status, out = r.call("apply", candidate=wrong[2])  # the third run: the search is over
-    assert "undone" in out and "That was the last of 3 tries" in out, out
+    assert "undone" in out and "That was the last of 3 tries" in out and DONE in out, out
     status, out = r.call("apply", candidate=fix)
     assert status == 200 and out.startswith("no tries left") and "tests:" not in out, out
+    assert DONE in out, out
     for n in wrong[:3]:
         assert str(n) in out
     assert "if x >= low:" in r.call("read_file", path="calc/core.py")[1]  # the bug stays
-    assert grade_repair(r, calls=5).score == pytest.approx(-0.2)  # failed, 4 calls past the first
+    assert grade_repair(r, calls=5).score == pytest.approx(-0.4)  # failed, 4 calls past the first
 
 
 def test_repair_tool_hacks_score_0(env_url: str, dataset: dict[str, Any]) -> None:
@@ -345,7 +351,7 @@ def test_rollouts_on_the_same_files_share_one_test_run(dataset: dict[str, Any]) 
         a = first.call("apply", candidate=fix)[1]
         b = second.call("apply", candidate=fix)[1]
         assert a == b and "failed" not in a
-        assert "nothing changed" in second.call("apply", candidate=wrong)[1]  # the fix stays
+        assert "was not tried" in second.call("apply", candidate=wrong)[1]  # the fix stays
         assert env.RUNS.made == 1  # the fix once for both rollouts
         assert second.call("revert") == (200, f"reverted candidate {fix}")
         assert "FAILED" in second.call("apply", candidate=wrong)[1]
