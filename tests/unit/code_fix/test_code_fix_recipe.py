@@ -47,7 +47,7 @@ def test_the_grader_gates_on_the_tests_then_style_then_the_bonus(job_file: str) 
     assert spec["type"] == "multi"
     budget = ["budget"] if job_file == "job_repair.yaml" else []
     assert list(spec["graders"]) == ["tests", "style", "validated", *budget]
-    # a failing repair rollout pays half its calls' cost below 0; nothing above 0 without the tests
+    # a failing repair rollout pays its calls' cost below 0; nothing above 0 without the tests
     on_fail = "budget - 1" if job_file == "job_repair.yaml" else 0
     assert spec["gate"] == {"grader": "tests", "threshold": 1, "on_fail": on_fail}
     port = load_job(RECIPE / job_file).agentrft.environment.port
