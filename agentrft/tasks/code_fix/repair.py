@@ -5,15 +5,17 @@
   each test in its own coverage context (a 10-line pytest plugin switches the context to the
   test's node id), and every line of non-test code gets its **Ochiai** score,
   `ef / sqrt(F * (ef + ep))`: ef and ep the failing and passing tests that ran it, F all
-  failing tests. Ranked highest first (ties in file and line order).
+  failing tests. Ranked highest first. Ties are broken by the failing tests' tracebacks, as
+  stack-trace-aware localizers do: the line an error was raised on first, then the condition
+  of the `if` or `while` around that line, then file and line order.
 - **Template fix candidates** (`line_candidates`): the inverses of the common one-line bug
   shapes, TBar-style, for every expression on a line: negate a comparison (`<` <-> `>=`, `==`
   <-> `!=`, `in` <-> `not in`, `is` <-> `is not`), an integer constant +1 or -1, swap an
   operator (`+` <-> `-`, `*` <-> `/`, `/` <-> `//`, `and` <-> `or`), drop a `not`, add a
   `not` in front of a condition. Each candidate parses and changes the program.
 - **A numbered list** (`candidate_list`, `render`): the candidates of the most suspicious lines,
-  numbered 1.. in rank order (every added `not` after the other shapes), that `apply` picks
-  from by number.
+  numbered 1.. in rank order (every added `not` after the other shapes, except on a line the
+  traceback marks), that `apply` picks from by number.
 
 Everything is computed from the tree and its tests alone: nothing here reads a row's answer
 (its `patch` or `mutation`), so it works the same on real bugs.
@@ -23,8 +25,9 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -83,6 +86,7 @@ class Suspect:
     line: int
     score: float  # Ochiai
     text: str
+    trace: str = ""  # RAISED, GUARD or "" (see traced_lines)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,66 @@ class Candidate:
     kind: str
     before: str  # the line now
     after: str  # the line with the candidate applied
+
+
+RAISED = "raised"  # a failing test's error was raised on this line
+GUARD = "guard"  # the condition of the `if` or `while` around a RAISED line
+_TRACE_ORDER = {RAISED: 0, GUARD: 1, "": 2}
+_TRACE_NOTE = {RAISED: "  <- the error was raised here", GUARD: "  <- the condition around it"}
+# a frame of a pytest traceback: `path.py:12: in name` or `path.py:12: Error` (--tb=long or
+# short), or `File "path.py", line 12, in name` (--tb=native)
+_FRAME = re.compile(
+    r'^(?:(?P<path>[^\s:"]+\.py):(?P<line>\d+): |\s*File "(?P<npath>[^"]+\.py)", line (?P<nline>\d+))',
+    re.M,
+)
+
+
+def traced_lines(
+    root: Path, failures: Iterable[str], tests: Sequence[str] = ()
+) -> dict[tuple[str, int], str]:
+    """(path, line) -> RAISED for the innermost frame in the tree's own non-test code of each
+    failing test's traceback (`failures`: pytest's failure texts), and -> GUARD for the
+    one-line condition of the innermost `if` or `while` whose body holds that line. A test
+    whose error came from the test itself (a failed assert) marks nothing."""
+    marks: dict[tuple[str, int], str] = {}
+    for text in failures:
+        frames = [
+            (m["path"] or m["npath"], int(m["line"] or m["nline"])) for m in _FRAME.finditer(text)
+        ]
+        own = [
+            (path, line)
+            for path, line in frames
+            if not PurePosixPath(path).is_absolute()
+            and ".." not in PurePosixPath(path).parts
+            and not is_test_code(path, tests)
+            and (root / path).is_file()
+        ]
+        if not own:
+            continue
+        path, line = own[-1]
+        marks[(path, line)] = RAISED
+        try:
+            tree = ast.parse((root / path).read_text(errors="replace"))
+        except SyntaxError:
+            continue
+        guard = _guard_of(tree, line)
+        if guard is not None:
+            marks.setdefault((path, guard), GUARD)
+    return marks
+
+
+def _guard_of(tree: ast.AST, line: int) -> int | None:
+    """The line of the one-line condition of the innermost `if` or `while` whose body (or
+    else) holds `line`; None when there is none."""
+    best: tuple[int, int] | None = None  # (the statement's first line, its condition's line)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If | ast.While) or node.test.lineno != node.test.end_lineno:
+            continue
+        for body in (node.body, node.orelse):
+            inside = body and body[0].lineno <= line <= (body[-1].end_lineno or body[-1].lineno)
+            if inside and (best is None or node.lineno > best[0]):
+                best = (node.lineno, node.test.lineno)
+    return None if best is None else best[1]
 
 
 def coverage_argv(test_command: str) -> str:
@@ -118,8 +182,9 @@ def ochiai(covering: dict[str, set[str]], failing: set[str]) -> float:
 
 
 def localize(root: Path, tests: Sequence[str], test_command: str) -> list[Suspect]:
-    """Every line of non-test code that a failing test ran, by Ochiai score (highest first).
-    Empty when no test fails; a RuntimeError when coverage wrote no data."""
+    """Every line of non-test code that a failing test ran, by Ochiai score (highest first;
+    among equal scores the lines the tracebacks mark first, see traced_lines). Empty when no
+    test fails; a RuntimeError when coverage wrote no data."""
     run = run_tests(
         root,
         list(tests),
@@ -133,6 +198,7 @@ def localize(root: Path, tests: Sequence[str], test_command: str) -> list[Suspec
     if _DATA not in run.files:
         raise RuntimeError(f"coverage wrote no data; the run said:\n{run.output[-600:]}")
     passing = set(run.passed)
+    traced = traced_lines(root, (run.details.get(t, "") for t in sorted(failing)), tests)
     with tempfile.TemporaryDirectory(prefix="agentrft-cov-") as tmp:
         db = Path(tmp) / "coverage"
         db.write_bytes(run.files[_DATA])
@@ -147,8 +213,8 @@ def localize(root: Path, tests: Sequence[str], test_command: str) -> list[Suspec
             continue
         lines = (root / path).read_text(errors="replace").splitlines()
         text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-        found.append(Suspect(path, line, round(score, 4), text))
-    return sorted(found, key=lambda s: (-s.score, s.path, s.line))
+        found.append(Suspect(path, line, round(score, 4), text, traced.get((path, line), "")))
+    return sorted(found, key=lambda s: (-s.score, _TRACE_ORDER[s.trace], s.path, s.line))
 
 
 def lines_by_context(data_file: Path) -> dict[tuple[str, int], set[str]]:
@@ -255,8 +321,9 @@ def candidate_list(
     """The candidates of the most suspicious lines, numbered 1.. in rank order, at most
     `limit`: first every changed operator, comparison or constant of the lines in rank order,
     then the added `not`s (they fit almost any condition, so they are the least likely fix
-    anywhere, not only on their own line). Lines are read until `limit` candidates of the
-    first kind are found or the suspects run out."""
+    anywhere, not only on their own line), except on a line the traceback marks: a raising
+    line or the condition around it keeps its `not` in its rank. Lines are read until `limit`
+    candidates of the first kind are found or the suspects run out."""
     likely: list[tuple[Suspect, str, str, str]] = []
     unlikely: list[tuple[Suspect, str, str, str]] = []
     sources: dict[str, str] = {}
@@ -271,7 +338,8 @@ def candidate_list(
             continue
         before = sources[s.path].splitlines()[s.line - 1]
         for kind, after in found:
-            (unlikely if kind == "add_negation" else likely).append((s, kind, before, after))
+            demoted = kind == "add_negation" and not s.trace
+            (unlikely if demoted else likely).append((s, kind, before, after))
     return [
         Candidate(i, s.path, s.line, kind, before, after)
         for i, (s, kind, before, after) in enumerate((likely + unlikely)[:limit], 1)
@@ -283,7 +351,10 @@ def render(suspects: Sequence[Suspect], candidates: Sequence[Candidate]) -> str:
     if not suspects:
         return "No test fails, so there is nothing to localize."
     head = ["Suspicious lines (Ochiai score over the tests' coverage), most suspicious first:"]
-    head += [f"  {s.path}:{s.line}  {s.score:.2f}  {s.text}" for s in suspects[:MAX_SUSPECTS]]
+    head += [
+        f"  {s.path}:{s.line}  {s.score:.2f}  {s.text}{_TRACE_NOTE.get(s.trace, '')}"
+        for s in suspects[:MAX_SUSPECTS]
+    ]
     if not candidates:
         return "\n".join([*head, "No fix candidates for these lines."])
     head.append("Fix candidates (apply one by its number):")

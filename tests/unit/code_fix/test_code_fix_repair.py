@@ -309,6 +309,66 @@ def test_added_negations_come_after_every_other_shape(tmp_path: Path) -> None:
     assert kinds.index("add_negation") > max(i for i, k in enumerate(kinds) if k != "add_negation")
     assert [c.number for c in listed] == list(range(1, len(listed) + 1))
     assert len(candidate_list(tmp_path, suspects, limit=2)) == 2
+    # on a line the traceback marks (an error raised under it), the `not` keeps its rank
+    traced = [Suspect("m.py", 2, 1.0, "if a:", "guard"), suspects[1]]
+    assert [c.kind for c in candidate_list(tmp_path, traced)][0] == "add_negation"
+
+
+GUARDED = """\
+def check(n, c):
+    total = n + c
+    scale = n * 2
+    if 0 <= c <= n:
+        raise ValueError("c out of range")
+    return total / scale
+"""
+
+
+def test_the_traceback_breaks_ties_raised_line_then_its_condition(tmp_path: Path) -> None:
+    """Every line has Ochiai 1.0 (one test, and it fails): the line the error was raised on
+    and the `if` around it come first, and the fix, an added `not` on that `if`, is among the
+    first three candidates, not after every other shape."""
+    from agentrft.tasks.code_fix.repair import GUARD, RAISED, candidate_list, localize, render
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "m.py").write_text(GUARDED)
+    (tmp_path / "tests/test_m.py").write_text(
+        "from m import check\n\n\ndef test_check():\n    assert check(4, 2) == 0.75\n"
+    )
+    suspects = localize(tmp_path, ["tests/test_m.py"], PYTEST)
+    assert {s.score for s in suspects} == {1.0}
+    assert [(s.line, s.trace) for s in suspects[:3]] == [(5, RAISED), (4, GUARD), (2, "")]
+    listed = candidate_list(tmp_path, suspects)
+    assert "if not 0 <= c <= n:" in [c.after.strip() for c in listed[:3]]
+    assert listed[0].line == 4
+    shown = render(suspects, listed)
+    assert 'm.py:5  1.00  raise ValueError("c out of range")  <- the error was raised here' in shown
+    assert "m.py:4  1.00  if 0 <= c <= n:  <- the condition around it" in shown
+
+
+def test_traced_lines_read_every_traceback_style_and_only_the_trees_own_code(
+    tmp_path: Path,
+) -> None:
+    from agentrft.tasks.code_fix.repair import GUARD, RAISED, traced_lines
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/m.py").write_text(GUARDED)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_m.py").write_text("")
+    long = (
+        "tests/test_m.py:5: in test_check\n    assert check(4, 2) == 0.75\npkg/m.py:5: ValueError\n"
+    )
+    native = 'File "tests/test_m.py", line 5, in test_check\n  File "pkg/m.py", line 5, in check\n'
+    want = {("pkg/m.py", 5): RAISED, ("pkg/m.py", 4): GUARD}
+    assert traced_lines(tmp_path, [long]) == want
+    assert traced_lines(tmp_path, [native]) == want
+    # a failed assert in the test marks nothing; nor do frames outside the tree
+    assert traced_lines(tmp_path, ["tests/test_m.py:5: AssertionError\n"]) == {}
+    outside = f"{tmp_path}/pkg/m.py:5: ValueError\n../pkg/m.py:5: ValueError\nlib/x.py:3: E\n"
+    assert traced_lines(tmp_path, [outside]) == {}
+    # the innermost frame of the tree's own code counts, not the library it called
+    lib = "pkg/m.py:2: in check\n/usr/lib/python3/json/decoder.py:9: JSONDecodeError\n"
+    assert traced_lines(tmp_path, [lib]) == {("pkg/m.py", 2): RAISED}
 
 
 def test_memo_makes_each_key_once_for_threads_that_ask_at_once() -> None:
