@@ -488,18 +488,33 @@ def apply_patch(root: Path, patch: str) -> None:
         raise RuntimeError(f"the row's patch does not apply: {proc.stderr.strip()[:300]}")
 
 
-def repair_request(row: dict[str, Any], buggy: Path) -> str:
+def repair_request(row: dict[str, Any], buggy: Path) -> tuple[str, int | None]:
     """The repair variant's request: the failing test, then what the repair tools say about
-    the tree `buggy` (the suspicious lines and the numbered candidates; see repair.py)."""
+    the tree `buggy` (the suspicious lines and the numbered candidates; see repair.py). And
+    the number of the candidate that undoes the row's bug (None when the list lacks it):
+    where the answer lands in the list, for the row's `fix_candidate` (other candidates may
+    pass the tests too)."""
     from agentrft.tasks.code_fix import repair  # repair builds on this module's test runs
 
     suspects = repair.localize(buggy, row["tests"], row["test_command"])
-    listed = repair.render(suspects, repair.candidate_list(buggy, suspects))
+    candidates = repair.candidate_list(buggy, suspects)
+    m = row["mutation"]
+    fix = next(
+        (
+            c.number
+            for c in candidates
+            if (c.path, c.line) == (row["files"][0], m["line"])
+            and c.after.rstrip() == m["before"].rstrip()
+        ),
+        None,
+    )
     output = row["shown_output"][-REPAIR_OUTPUT_CHARS:]
-    return (
-        f"The test `{row['shown_test']}` fails:\n```\n{output}\n```\n\n{listed}\n\n"
+    text = (
+        f"The test `{row['shown_test']}` fails:\n```\n{output}\n```\n\n"
+        f"{repair.render(suspects, candidates)}\n\n"
         "Apply the candidate that fixes the bug, then reply with one short sentence."
     )
+    return text, fix
 
 
 def hinted(row: dict[str, Any], hint: str) -> dict[str, Any]:
@@ -513,11 +528,12 @@ def hinted(row: dict[str, Any], hint: str) -> dict[str, Any]:
         tree = create_workspace(str(row["repo"]), str(row["commit"]), "code-fix-hint", "commit")
         try:
             apply_patch(tree, str(row["patch"]))
-            text = repair_request(row, tree)
+            text, fix = repair_request(row, tree)
         finally:
             shutil.rmtree(tree, ignore_errors=True)
         out = {k: v for k, v in row.items() if k != "prefill"}
         out["messages"] = [{"role": "user", "content": text}]
+        out["fix_candidate"] = fix
         return out
     m, path = row["mutation"], row["files"][0]
     proc = subprocess.run(
@@ -694,7 +710,7 @@ def build_dataset(
                 if hint == "repair":
                     (root / path).write_text(m.source)
                     try:
-                        text = repair_request(row, root)
+                        text, row["fix_candidate"] = repair_request(row, root)
                     finally:
                         (root / path).write_text(original)
                 else:

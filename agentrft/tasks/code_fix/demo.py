@@ -113,12 +113,28 @@ def build_data(data: Path) -> BuildReport:
         for split in ("train.jsonl", "val.jsonl"):
             (data.parent / name).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(cached / name / split, data.parent / name / split)
+    for line in fix_positions(data.parent / "data-repair"):
+        console.print(line, highlight=False)
     fields = json.loads(done.read_text())
     fields["dropped"], fields["kept_kinds"] = (
         Counter(fields["dropped"]),
         Counter(fields["kept_kinds"]),
     )
     return BuildReport(**fields)
+
+
+def fix_positions(folder: Path) -> list[str]:
+    """Where the candidate that undoes each bug lands in the repair variant's list, per split
+    (the rows' `fix_candidate`): what trying the candidates in order can reach."""
+    out = []
+    for split, name in (("train", "training"), ("val", "held-out")):
+        rows = [json.loads(x) for x in (folder / f"{split}.jsonl").read_text().splitlines()]
+        at = Counter(r.get("fix_candidate") for r in rows)
+        out.append(
+            f"repair candidates, {len(rows)} {name} bugs: the fix is candidate 1 for {at[1]}, "
+            f"one of 1-3 for {at[1] + at[2] + at[3]}, listed for {len(rows) - at[None]}"
+        )
+    return out
 
 
 def build_into(data: Path) -> BuildReport:

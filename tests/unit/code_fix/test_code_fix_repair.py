@@ -84,10 +84,27 @@ def test_localization_ranks_the_bug_line_first(dataset: dict[str, Any], tmp_path
     assert localize(clean, row["tests"], row["test_command"]) == []  # no failing test
 
 
+def test_a_repair_row_says_where_its_fix_is_listed(dataset: dict[str, Any]) -> None:
+    """`fix_candidate`: the number of the listed candidate that undoes the bug, as shown."""
+    import re
+
+    from agentrft.tasks.code_fix.dataset import hinted
+
+    for function, kind, after, fix in [
+        ("clamp", "flip_comparison", "if x >= low:", "if x < low:"),
+        ("total", "wrong_operator", "s = s - v", "s = s + v"),
+    ]:
+        out = hinted(row_for(dataset, function, kind, after), "repair")
+        shown = re.search(
+            rf"^  (\d)\. calc/core\.py:\d+: {re.escape(fix)}$", out["messages"][0]["content"], re.M
+        )
+        assert shown is not None and out["fix_candidate"] == int(shown[1]), out["fix_candidate"]
+
+
 class _Guarded(dict):  # type: ignore[type-arg]
     """A row that fails the test when its answer is read."""
 
-    ANSWER = ("patch", "mutation", "failing")
+    ANSWER = ("patch", "mutation", "failing", "fix_candidate")
 
     def __getitem__(self, key: str) -> Any:
         assert key not in self.ANSWER, f"the environment read the row's {key!r}"
