@@ -118,7 +118,7 @@ def traced_lines(
     failing test's traceback (`failures`: pytest's failure texts), and -> GUARD for the
     one-line condition of the innermost `if` or `while` whose body holds that line. A test
     whose error came from the test itself (a failed assert) marks nothing."""
-    marks: dict[tuple[str, int], str] = {}
+    raised: set[tuple[str, int]] = set()
     for text in failures:
         frames = [
             (m["path"] or m["npath"], int(m["line"] or m["nline"])) for m in _FRAME.finditer(text)
@@ -131,15 +131,18 @@ def traced_lines(
             and not is_test_code(path, tests)
             and (root / path).is_file()
         ]
-        if not own:
-            continue
-        path, line = own[-1]
-        marks[(path, line)] = RAISED
-        try:
-            tree = ast.parse((root / path).read_text(errors="replace"))
-        except SyntaxError:
-            continue
-        guard = _guard_of(tree, line)
+        if own:
+            raised.add(own[-1])
+    marks: dict[tuple[str, int], str] = dict.fromkeys(raised, RAISED)
+    trees: dict[str, ast.AST | None] = {}  # each file parsed once, however many tests fail
+    for path, line in sorted(raised):
+        if path not in trees:
+            try:
+                trees[path] = ast.parse((root / path).read_text(errors="replace"))
+            except SyntaxError:
+                trees[path] = None
+        tree = trees[path]
+        guard = None if tree is None else _guard_of(tree, line)
         if guard is not None:
             marks.setdefault((path, guard), GUARD)
     return marks
