@@ -42,6 +42,8 @@ from agentrft.tasks.code_fix.dataset import (
     run_tests,
     segment_edit,
 )
+from agentrft.tools.envkit import ToolInputError
+from agentrft.tools.repo_workspace import confine
 
 MAX_CANDIDATES = 9  # one digit: the model's whole choice is a single token
 MAX_SUSPECTS = 5  # lines shown by localize
@@ -126,10 +128,7 @@ def traced_lines(
         own = [
             (path, line)
             for path, line in frames
-            if not PurePosixPath(path).is_absolute()
-            and ".." not in PurePosixPath(path).parts
-            and not is_test_code(path, tests)
-            and (root / path).is_file()
+            if not is_test_code(path, tests) and _in_tree(root, path)
         ]
         if own:
             raised.add(own[-1])
@@ -146,6 +145,14 @@ def traced_lines(
         if guard is not None:
             marks.setdefault((path, guard), GUARD)
     return marks
+
+
+def _in_tree(root: Path, path: str) -> bool:
+    """A file of the tree at `root` (not absolute, no `..`, no link out of it)."""
+    try:
+        return confine(root, path).is_file()
+    except ToolInputError:
+        return False
 
 
 def _guard_of(tree: ast.AST, line: int) -> int | None:
