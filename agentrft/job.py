@@ -239,6 +239,10 @@ class Extension(Strict):
     # stop prefilling once a tool's output contains this text (say, the environment's "the
     # tests pass"), so the replies after a solved task are the model's own
     prefill_until: str | None = Field(default=None, min_length=1)
+    # end the rollout once a tool's output contains this text (say, the environment's "the
+    # task is over" after the tests pass or the tries are spent): nothing after it is sampled,
+    # run or trained on
+    end_when: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _prefill_shape(self) -> Extension:

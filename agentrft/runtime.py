@@ -107,6 +107,7 @@ def episode_fields(job: Job, base_url: str | None, grader: Grader | None) -> dic
         "max_tool_calls": tool_call_cap(job, grader),
         "prefill_all_turns": job.agentrft.prefill_turns == "all",
         "prefill_until": job.agentrft.prefill_until,
+        "end_when": job.agentrft.end_when,
     }
 
 

@@ -22,6 +22,7 @@ class StopReason(enum.StrEnum):
     MAX_TOKENS = "max_tokens"  # a reply hit its token limit before ending
     CONTEXT_OVERFLOW = "context_overflow"  # no room left in the context window
     TOOL_ERROR = "tool_error"  # a tool stayed unavailable after retries: rollout discarded
+    ENDED_BY_TOOL = "ended_by_tool"  # a tool's output had the job's `end_when` text (task over)
 
 
 class Origin(enum.IntEnum):

@@ -66,6 +66,7 @@ async def run_call(
 class StopRules:
     max_episode_steps: int | None = None  # replies per rollout
     max_tool_calls: int | None = None  # a rollout stops once it asks for more than this
+    end_when: str | None = None  # a rollout ends once a tool's output contains this text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +83,7 @@ class EpisodeSettings:
     max_tool_calls: int | None = None  # a rollout stops once it asks for more than this
     prefill_all_turns: bool = False  # repeat the first prefill on every reply
     prefill_until: str | None = None  # no prefill once a tool's output contains this text
+    end_when: str | None = None  # the rollout ends once a tool's output contains this text
 
     def prefill_ended(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """True once a tool's output in `messages` contains `prefill_until` (say, the
@@ -98,7 +100,7 @@ class EpisodeSettings:
 
     @property
     def rules(self) -> StopRules:
-        return StopRules(self.max_episode_steps, self.max_tool_calls)
+        return StopRules(self.max_episode_steps, self.max_tool_calls, self.end_when)
 
 
 @dataclass
@@ -190,6 +192,14 @@ async def finish_turn(
     )
     answers = tool_messages(results)
     log.messages.extend(answers)
+    if rules.end_when is not None and any(
+        r.status == "ok" and rules.end_when in r.output for r in results
+    ):
+        # the environment says the task is over (say, "the tests pass"): a reply after it
+        # could only be a wasted call or words nobody grades. Errors do not count (they may
+        # echo the model's own arguments), and ending is no more than the model could do by
+        # answering, so a tool made to echo the text gains nothing.
+        return StopReason.ENDED_BY_TOOL, answers
     if rules.max_episode_steps is not None and len(log.turns) >= rules.max_episode_steps:
         return (
             StopReason.MAX_EPISODE_STEPS,

@@ -145,6 +145,14 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, Any], StopReason, int]] = {
         StopReason.TOOL_ERROR,
         1,
     ),
+    # `end_when`: the environment says the task is over; nothing after it is sampled
+    "a tool ends it": ([CALL, CALL], {"end_when": "capital:"}, StopReason.ENDED_BY_TOOL, 1),
+    "an error never ends it": (  # it may echo the model's own words
+        ['<tool_call>{"name": "lookup", "arguments": {"country": "Atlantis"}}</tool_call>', "ok"],
+        {"end_when": "Atlantis"},
+        StopReason.FINAL_ANSWER,
+        2,
+    ),
     "prefill": (
         ['{"name": "lookup", "arguments": {"country": "Peru"}}</tool_call>', "Lima."],
         {"prefill": "<tool_call>"},

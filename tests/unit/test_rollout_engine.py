@@ -137,6 +137,19 @@ def test_prefills_stop_once_a_tool_says_the_until_text(tokenizer):
     assert traj.turns[1].text.startswith(first)
 
 
+def test_a_tool_output_with_the_end_text_ends_the_rollout(tokenizer):
+    """`end_when`: the calls of the reply that got it ran, and no reply follows (not even
+    under a prefill or a step limit); without the text in an output the rollout goes on."""
+    first = '<tool_call>{"name": "add", "arguments": {"a": '
+    replies = ['2, "b": 3}}</tool_call>', '4, "b": 4}}</tool_call>', "Done."]
+    (traj,), policy = run(tokenizer, replies, prefills=(first, first), end_when="5")
+    assert traj.stop_reason == StopReason.ENDED_BY_TOOL and len(traj.turns) == 1
+    assert [r.output for r in traj.tool_results] == ["5"] and len(policy.prompts) == 1
+    assert traj.messages[-1] == {**traj.messages[-1], "role": "tool", "content": "5"}
+    (traj,), _ = run(tokenizer, replies, prefills=(first, first), end_when="6")
+    assert traj.stop_reason == StopReason.FINAL_ANSWER and len(traj.turns) == 3
+
+
 def test_stop_rules(tokenizer):
     (t,), _ = run(tokenizer, [call(1, 2)], max_episode_steps=3)
     assert t.stop_reason == StopReason.MAX_EPISODE_STEPS and len(t.turns) == 3

@@ -201,11 +201,11 @@ def test_apply_undoes_a_failing_candidate_and_keeps_a_passing_one(
     assert r.call("revert") == (200, "no candidate is applied")  # nothing left to undo
     passed = r.call("apply", candidate=fix)[1]
     assert passed.startswith(f"applied candidate {fix} ")
-    # what apply says on a pass is what ends the repair job's prefills
+    # what apply says on a pass (and after the last try) ends the repair job's rollouts
     from agentrft.job import load_job
 
-    until = load_job(RECIPE / "job_repair.yaml").agentrft.prefill_until
-    assert until and until in passed and until not in out
+    end = load_job(RECIPE / "job_repair.yaml").agentrft.end_when
+    assert end and end in DONE and end in passed and end not in out
     # the search is over: apply says so, and that the answer is what comes next
     assert DONE in passed and DONE not in out, passed
     status, out = r.call("apply", candidate=wrong)
