@@ -20,6 +20,7 @@ from agentrft.config import Strict, fix_for, load_mapping_file
 from agentrft.errors import ConfigError
 from agentrft.graders.judge import JudgeConfig
 from agentrft.graders.python import SandboxSpec
+from agentrft.policy.constrain import MAX_WHITESPACE
 from agentrft.tools.mcp_spec import McpServer
 
 Auto = Literal["auto"]
@@ -137,6 +138,22 @@ class Sampling(Strict):
             raise ValueError(
                 f"min_tokens_per_turn ({self.min_tokens_per_turn}) is above max_tokens_per_turn ({self.max_tokens_per_turn})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _no_stop_inside_a_constrained_call(self) -> Sampling:
+        """A stop string of whitespace alone can end a reply in the middle of a constrained
+        call, where the grammar lets JSON have whitespace between its tokens, and leave the
+        call unparsed: the grammar's promise that every call parses would not hold."""
+        if self.constrained_tool_calls:
+            for stop in self.stop:
+                if stop and not stop.strip() and len(stop) <= MAX_WHITESPACE:
+                    raise ValueError(
+                        f"stop {stop!r} can end a reply inside a grammar-constrained tool call "
+                        f"(the grammar allows up to {MAX_WHITESPACE} whitespace characters "
+                        "between a call's JSON tokens), which leaves the call invalid; remove "
+                        "it from agentrft.sampling.stop, or turn constrained_tool_calls off"
+                    )
         return self
 
 

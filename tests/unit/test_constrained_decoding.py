@@ -151,6 +151,28 @@ def test_after_is_one_grammar_per_prefix_and_a_prefill_off_the_grammar_is_named(
         bad.matcher(tokenizer, rules.vocab_size, rules.stop_token_ids)
 
 
+def test_a_whitespace_stop_would_cut_a_constrained_call_so_a_job_refuses_it(
+    policy: HFPolicy, tokenizer: Any
+) -> None:
+    """The grammar lets a call's JSON have whitespace between tokens, so a stop string of
+    whitespace alone ("\n\n") can end the reply mid-call (the repair job's trained model did:
+    `{"candidate": 1\n\n`, an invalid call). A job with such a stop and constrained calls is
+    refused at load, naming the stop and the fix."""
+    from agentrft.job import Sampling
+
+    prefill = OPEN + '{"name": "get_weather", "arguments": {"city": "Paris", "days": true'
+    rules = policy.row_rules()
+    matcher = tool_call_grammar(TOOLS, "auto").matcher(
+        tokenizer, rules.vocab_size, rules.stop_token_ids
+    )
+    assert matcher.accept_string(prefill + "\n\n")  # the stop would fire here
+    assert parse_reply(prefill + "\n\n", {"get_weather": SCHEMA}).calls[0].error
+    with pytest.raises(ValueError, match=r"stop '\\n\\n' can end a reply inside"):
+        Sampling(stop=["</tool_call>", "\n\n"], constrained_tool_calls=True)
+    Sampling(stop=["</tool_call>", "\n\n"])  # unconstrained calls: a stop like any other
+    Sampling(stop=["</tool_call>", "}}", "\n\n\n\n\n"], constrained_tool_calls=True)
+
+
 def test_forced_tokens_are_kept_in_the_context_but_not_trained() -> None:
     from agentrft.rollout.context import Context
     from agentrft.train.update import Scored
