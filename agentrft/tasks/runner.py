@@ -5,7 +5,7 @@ A recipe is a folder of the agentrft checkout holding a `demo.py` with the same 
 interface:
 
     run(out: Path, steps: int | None = None, seed: int | None = None, job_path: Path | None = None) -> dict
-        the use case end to end: data, doctor, baseline, pre-flight, train, compare, report;
+        the use case end to end: data, doctor, pre-flight, baseline, train, compare, report;
         returns the summary it also writes to out/summary.json (`doctor_only=True`: data and
         the doctor only)
     run_seeds(out: Path, seeds: list[int], steps=None, job_path=None) -> dict   (optional)
@@ -15,7 +15,7 @@ beside its environment, job and README. Recipes are found on disk, not registere
 folder with a demo.py is a new recipe. Most recipes only describe themselves, as
 `RECIPE = Recipe(...)` (its data, its measure, its headline numbers); `load` then gives them
 the shared `run` and `run_seeds` below, which walk the user's path the same way for all:
-data -> doctor -> baseline -> pre-flight -> train -> evaluation of the trained model -> compare +
+data -> doctor -> pre-flight -> baseline -> train -> evaluation of the trained model -> compare +
 report.
 """
 
@@ -82,7 +82,8 @@ def load(name: str = DEFAULT, root: Path = RECIPES) -> ModuleType:
 @dataclass(frozen=True)
 class Variant:
     """One job of a recipe and the data folder it reads. A recipe's variants are measured in
-    order (baseline, then pre-flight); the first trainable one whose pre-flight finds signal
+    order (pre-flight, then the baseline: skipped for a trainable one without signal that has
+    another after it); the first trainable one whose pre-flight finds signal
     is trained and compared, and after it only the measure-only ones (`train=False`) run."""
 
     name: str = "task"
@@ -94,7 +95,7 @@ class Variant:
 @dataclass(frozen=True)
 class Recipe:
     """What differs between recipes; `run` and `run_seeds` below do the rest, the same way
-    for all of them: data -> baseline -> pre-flight -> train -> trained eval -> compare."""
+    for all of them: data -> pre-flight -> baseline -> train -> trained eval -> compare."""
 
     title: str  # "file selection": the report's title
     folder: Path  # agentrft/tasks/NAME: job.yaml and env.py
@@ -188,7 +189,7 @@ class Measured:
     train_items: list[Any]
     val_items: list[Any]
     out: Path
-    before: dict[str, Any]
+    before: dict[str, Any] | None  # None: not sampled (measure's `moves_on`)
     preflight: dict[str, Any]
     doctor: dict[str, Any]
 
@@ -217,20 +218,20 @@ def run_doctor(
     return rep
 
 
-def measure(recipe: Recipe, job: Job, data: Path, out: Path, label: str) -> Measured:
-    """The doctor, the baseline on the held-out rows, then the pre-flight on training rows,
+def measure(
+    recipe: Recipe, job: Job, data: Path, out: Path, label: str, moves_on: bool = False
+) -> Measured:
+    """The doctor, the pre-flight on training rows, then the baseline on the held-out rows,
     for one variant. The doctor samples the pre-flight's rows; when it samples as many per row
-    (doctor_k == preflight_k), the pre-flight is read from those rollouts, not sampled again."""
+    (doctor_k == preflight_k), the pre-flight is read from those rollouts, not sampled again.
+    `moves_on`: an easier variant is measured next when this one's pre-flight finds no
+    signal, so then its baseline is not sampled (`before` is None): it would only say again,
+    at more cost, that the base model cannot do the task."""
     train_items = load_dataset(data / "train.jsonl")
     val_items = recipe.select_val(load_dataset(data / "val.jsonl"))
     n, k, rows = recipe.eval_samples, recipe.preflight_k, recipe.preflight_rows
     shared = recipe.doctor_k == k
     doctor = run_doctor(recipe, job, train_items, out, label, out / "preflight" if shared else None)
-    console.rule(
-        f"{label}baseline: the base model on {len(val_items)} held-out {recipe.rows} x {n}"
-    )
-    before = evaluate_model(job, val_items, n, "base", out / "baseline", label="baseline")
-    console.print(summary_table(before, title=f"{label}baseline"))
     if shared:
         console.rule(f"{label}pre-flight: the doctor's {rows} training {recipe.rows} x {k}")
         rep = doctor["preflight"]
@@ -238,6 +239,18 @@ def measure(recipe: Recipe, job: Job, data: Path, out: Path, label: str) -> Meas
         console.rule(f"{label}pre-flight: {rows} training {recipe.rows} x {k}")
         rep = preflight_job(job, recipe.select_preflight(train_items, rows), k, out / "preflight")
     print_preflight(rep)
+    before = None
+    if moves_on and not Verdict(rep["verdict"]).worth_training:
+        console.print(
+            f"{label}baseline on the held-out {recipe.rows} skipped: the pre-flight found no "
+            "signal, so the next variant is measured (measure this one alone with --variant)"
+        )
+    else:
+        console.rule(
+            f"{label}baseline: the base model on {len(val_items)} held-out {recipe.rows} x {n}"
+        )
+        before = evaluate_model(job, val_items, n, "base", out / "baseline", label="baseline")
+        console.print(summary_table(before, title=f"{label}baseline"))
     return Measured(job, train_items, val_items, out, before, rep, doctor)
 
 
@@ -245,6 +258,7 @@ def train_and_compare(recipe: Recipe, m: Measured, label: str) -> dict[str, Any]
     """Train the variant, evaluate the trained model on the same held-out rows, compare, and
     write the report; returns the summary's before/after/steps/per_row."""
     out, job = m.out, m.job
+    assert m.before is not None  # a variant with signal has its baseline
     console.rule(f"{label}train (the pre-flight found signal)")
     run_dir = train(job, out / "run")
     console.rule(f"{label}the trained model on the same held-out {recipe.rows}")
@@ -334,13 +348,15 @@ def run(
             )
             summary["variants"][variant.name] = {"job": str(job.source), "doctor": _verdicts(rep)}
             continue
-        m = measure(recipe, job, out / variant.data, vout, label)
+        # a trainable variant with another after it: when it finds no signal, the next is measured
+        moves_on = variant.train and only is None and i < len(recipe.variants) - 1
+        m = measure(recipe, job, out / variant.data, vout, label, moves_on)
         verdict = Verdict(m.preflight["verdict"])
         summary["variants"][variant.name] = {
             "job": str(job.source),
-            "baseline": recipe.headline(
-                m.before, read_jsonl(vout / "baseline/rollouts.jsonl"), job
-            ),
+            "baseline": None
+            if m.before is None
+            else recipe.headline(m.before, read_jsonl(vout / "baseline/rollouts.jsonl"), job),
             "preflight": {k: m.preflight[k] for k in ("verdict", "rows_with_signal", "best_of_k")},
             "preflight_rollouts": recipe.headline(
                 m.preflight["eval"], read_jsonl(vout / "preflight/rollouts.jsonl"), job

@@ -150,7 +150,12 @@ def test_the_runner_trains_the_first_variant_with_signal_and_still_measures_meas
     assert trained == ["easier"] and summary["trained"] == "easier"
     assert list(summary["variants"]) == ["task", "easier", "hint"]
     assert summary["variants"]["task"]["signal"] is False
+    # no signal and an easier variant next: the held-out baseline is not sampled
+    assert summary["variants"]["task"]["baseline"] is None
+    assert not (tmp_path / "out/task/baseline").exists()
+    assert summary["variants"]["easier"]["baseline"] == {"reward": 0.2}
     assert summary["variants"]["hint"]["signal"] is True  # measured, never trained
+    assert summary["variants"]["hint"]["baseline"] == {"reward": 0.2}
     assert all(v["doctor"] == {"best-of-k rises": "pass"} for v in summary["variants"].values())
     assert summary["per_row"]["difference"]["mean"] == pytest.approx(0.6)
     assert summary["job"] == str(tmp_path / "job_easy.yaml") and summary["seed"] == 3
@@ -170,6 +175,8 @@ def test_the_runner_trains_nothing_when_no_pre_flight_finds_signal(tmp_path, mon
     trained = _stub_stages(monkeypatch, {"*": "broken"})
     summary = recipes.run(_variant_recipe(tmp_path, (recipes.Variant(),)), tmp_path / "out")
     assert trained == [] and summary["trained"] is None
+    # the last (here the only) variant keeps its baseline: nothing is measured after it
+    assert summary["variants"]["task"]["baseline"] == {"reward": 0.2}
     assert "nothing trained" in summary["verdict"] and "per_row" not in summary
     seeds = recipes.run_seeds(_variant_recipe(tmp_path, (recipes.Variant(),)), tmp_path, [1])
     assert "nothing trained" in seeds["verdict"]

@@ -1,9 +1,11 @@
 """`agentrft demo code_fix`: the code-fix recipe end to end, on this repository's own code and
 on two public Python projects (their PyPI sdists, which ship their tests).
 
-    data -> the task as is: baseline + pre-flight -> (no signal) the easier variant: baseline
-    + pre-flight -> (no signal) the repair tools: baseline + pre-flight -> train only where a
-    pre-flight found signal -> trained eval -> compare
+    data -> the task as is: pre-flight -> (no signal) the easier variant: pre-flight -> (no
+    signal) the repair tools: pre-flight + baseline -> train only where a pre-flight found
+    signal -> trained eval -> compare
+
+(A rung without signal is not given a held-out baseline: the next rung is measured.)
 
 Bugs are injected into small, pure modules of this repository at PINNED_REV (read with `git
 archive`, so every clone builds the same rows) and into SDISTS (pinned versions and sha256,
@@ -22,8 +24,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -137,33 +141,52 @@ def fix_positions(folder: Path) -> list[str]:
     return out
 
 
+def _workers() -> int:
+    """Test runs at once while building: one per core this process may use, at most 4 (each
+    run is one single-threaded pytest process; its CPU-time limit does not depend on this)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
 def build_into(data: Path) -> BuildReport:
     """The rows once per source (the bugs and their test runs), merged into `data` (the task
     as is), then the other variants' prompts of the same bugs (data-easy, data-repair beside
     it). Each source is split by file on its own; the rows point at the sources' snapshots
-    beside them (sources/NAME)."""
+    beside them (sources/NAME). Sources are built side by side, and the bugs localized side
+    by side (`_workers`); the rows and their order do not depend on it."""
     parts = data.parent / "sources"
-    report = build_dataset(
-        REPO, parts / "agentrft", rev=PINNED_REV, include=INCLUDE, max_per_file=MAX_PER_FILE
-    )
-    builds = [("agentrft", report)]
-    for sdist in SDISTS:
-        builds.append(
-            (
-                sdist.name,
-                build_dataset(
-                    fetch_sdist(sdist, data.parent / "sdists"),
-                    parts / sdist.name,
-                    include=sdist.include,
-                    exclude=sdist.exclude,
-                    tests=sdist.tests,
-                    test_command=sdist.test_command,
-                    max_per_file=MAX_PER_FILE,
-                    all_tests_cover=sdist.all_tests_cover,
-                    val_fraction=sdist.val_fraction,
-                ),
-            )
+
+    def log(name: str) -> Any:
+        return lambda line: console.print(f"  {name}: {line}", highlight=False, markup=False)
+
+    def own() -> BuildReport:
+        return build_dataset(
+            REPO,
+            parts / "agentrft",
+            rev=PINNED_REV,
+            include=INCLUDE,
+            max_per_file=MAX_PER_FILE,
+            log=log("agentrft"),
         )
+
+    def public(sdist: Sdist) -> BuildReport:
+        return build_dataset(
+            fetch_sdist(sdist, data.parent / "sdists"),
+            parts / sdist.name,
+            include=sdist.include,
+            exclude=sdist.exclude,
+            tests=sdist.tests,
+            test_command=sdist.test_command,
+            max_per_file=MAX_PER_FILE,
+            all_tests_cover=sdist.all_tests_cover,
+            val_fraction=sdist.val_fraction,
+            log=log(sdist.name),
+        )
+
+    names = ["agentrft", *(s.name for s in SDISTS)]
+    console.print(f"injecting bugs into {', '.join(names)}, {_workers()} test runs at once")
+    with ThreadPoolExecutor(_workers()) as pool:
+        jobs = [pool.submit(own), *(pool.submit(public, s) for s in SDISTS)]
+        builds = list(zip(names, (j.result() for j in jobs), strict=True))
     merged = BuildReport(commit=", ".join(f"{n} {r.commit[:12]}" for n, r in builds))
     for name, part in builds:
         merged.train += part.train
@@ -180,9 +203,9 @@ def build_into(data: Path) -> BuildReport:
         write_jsonl(data / f"{split}.jsonl", rows)
         write_jsonl(data.parent / "data-easy" / f"{split}.jsonl", (hinted(r, "line") for r in rows))
         console.print(f"localizing the {len(rows)} {split} bugs for the repair variant")
-        write_jsonl(
-            data.parent / "data-repair" / f"{split}.jsonl", (hinted(r, "repair") for r in rows)
-        )
+        with ThreadPoolExecutor(_workers()) as pool:
+            repair_rows = list(pool.map(lambda r: hinted(r, "repair"), rows))
+        write_jsonl(data.parent / "data-repair" / f"{split}.jsonl", repair_rows)
     return merged
 
 
