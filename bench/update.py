@@ -1,9 +1,11 @@
 """Update throughput as model-FLOPs utilisation, against this machine's measured matmul peak.
 
-    .venv/bin/python bench/update.py [--groups 2] [--group-size 8] [--prompt-tokens 400] [--reply-tokens 64]
+    .venv/bin/python bench/update.py [--groups 2] [--group-size 8] [--prompt-tokens 400] [--reply-tokens 64] [--reply-spread 0]
 
 The batch looks like one GRPO step: `groups` prompts with `group-size` rollouts each, every
-rollout a shared prompt plus its own reply (the tokens that are scored). One `update_policy`
+rollout a shared prompt plus its own reply (the tokens that are scored). `--reply-spread S`
+gives a group's replies different lengths, from reply-tokens x (1 - S) to x (1 + S), as
+agent rollouts have (one stops at its first call, another makes five). One `update_policy`
 call (forward, backward, optimiser step) is timed, after one warm-up call.
 
 MFU = 6 x parameters x tokens / time / peak, the usual convention, with two token counts:
@@ -21,7 +23,9 @@ so both figures are lower bounds.
 
 Each LoRA set-up is also run with prompt sharing switched off ("no-share": every rollout
 runs its whole context through the model, right-padded within a micro-batch, as before the
-shared-prefix update), so the gain of that optimisation is measured side by side.
+shared-prefix update), and with the shared prompt but the replies right-padded to the
+group's longest in one batch ("padded": the update before each reply ran on its own), so
+the gain of each optimisation is measured side by side.
 """
 
 from __future__ import annotations
@@ -49,21 +53,50 @@ def matmul_peak_tflops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> 
     return 2 * n**3 * repeats / (time.perf_counter() - t0) / 1e12
 
 
+def padded_suffix_hidden(decoder, items, prefix, device):  # type: ignore[no-untyped-def]
+    """The update's suffix path before: the shared prompt once, then every reply right-padded
+    to the longest, in one batch (kept here for the side-by-side measure)."""
+    from transformers import DynamicCache
+
+    width = max(len(it.tokens) for it in items) - prefix
+    ids = torch.zeros((len(items), width), dtype=torch.long)
+    mask = torch.zeros((len(items), prefix + width), dtype=torch.long)
+    mask[:, :prefix] = 1
+    rows, cols = [], []
+    for b, it in enumerate(items):
+        ids[b, : len(it.tokens) - prefix] = torch.tensor(it.tokens[prefix:])
+        mask[b, : len(it.tokens)] = 1
+        rows += [b] * len(it.targets)
+        cols += [t - 1 for t in it.targets]
+    cache = DynamicCache()
+    head_ids = torch.tensor([items[0].tokens[:prefix]], device=device)
+    shared = decoder(input_ids=head_ids, cache=cache, use_cache=True).last_hidden_state
+    cache.reorder_cache(torch.zeros(len(items), dtype=torch.long, device=device))
+    positions = torch.arange(prefix, prefix + width, device=device).expand(len(items), -1)
+    own = decoder(
+        input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True
+    ).last_hidden_state
+    hidden = torch.cat([shared.expand(len(items), -1, -1), own], dim=1)
+    return hidden[torch.tensor(rows), torch.tensor(cols)]
+
+
 def batch(
-    groups: int, size: int, prompt_tokens: int, reply_tokens: int, vocab: int
+    groups: int, size: int, prompt_tokens: int, reply_tokens: int, vocab: int, spread: float = 0.0
 ) -> list[Scored]:
     g = torch.Generator().manual_seed(0)
     items = []
     for k in range(groups):
         prompt = torch.randint(100, vocab, (prompt_tokens,), generator=g).tolist()
         for j in range(size):
-            reply = torch.randint(100, vocab, (reply_tokens,), generator=g).tolist()
+            share = 1.0 - spread + 2 * spread * j / max(1, size - 1)
+            n = max(1, round(reply_tokens * share))
+            reply = torch.randint(100, vocab, (n,), generator=g).tolist()
             toks = prompt + reply
             items.append(
                 Scored(
                     toks,
                     list(range(prompt_tokens, len(toks))),
-                    [0.0] * reply_tokens,
+                    [0.0] * n,
                     advantage=float(j % 2) - 0.5,
                     group=k,
                 )
@@ -77,20 +110,27 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--prompt-tokens", type=int, default=400)
     ap.add_argument("--reply-tokens", type=int, default=64)
+    ap.add_argument("--reply-spread", type=float, default=0.0)
     args = ap.parse_args()
     peaks = {"fp32": matmul_peak_tflops(torch.float32), "bf16": matmul_peak_tflops(torch.bfloat16)}
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak fp32 {peaks['fp32'] * 1000:.0f} GFLOP/s, bf16 {peaks['bf16'] * 1000:.0f} GFLOP/s"
     )
     print(
-        f"batch: {args.groups} groups x {args.group_size} rollouts, prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens"
+        f"batch: {args.groups} groups x {args.group_size} rollouts, prompt {args.prompt_tokens} + reply {args.reply_tokens} tokens (spread {args.reply_spread})"
     )
     print(
         f"{'set-up':<23} {'step s':>7} {'ctx tok/s':>10} {'MFU(ctx)':>9} {'run tok/s':>10} {'MFU(run)':>9} {'HFU':>7} {'peak MiB':>9}"
     )
-    shared_min = update_module.MIN_SHARED
-    for full, share in ((False, True), (False, False), (True, True)):
+    shared_min, own_rows = update_module.MIN_SHARED, update_module._suffix_hidden
+    for full, share, padded in (
+        (False, True, False),
+        (False, True, True),
+        (False, False, False),
+        (True, True, False),
+    ):
         update_module.MIN_SHARED = shared_min if share else 10**9  # no prefix is ever long enough
+        update_module._suffix_hidden = padded_suffix_hidden if padded else own_rows
         for dtype in ("fp32", "bf16"):
             policy = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype="fp32")
             n_params = sum(p.numel() for p in policy.model.parameters())
@@ -103,6 +143,7 @@ def main() -> None:
                 args.prompt_tokens,
                 args.reply_tokens,
                 policy.tokenizer.vocab_size,
+                args.reply_spread,
             )
             cfg = UpdateConfig(LossConfig(), micro_batch_tokens=8192, bf16=dtype == "bf16")
             update_policy(model, opt, items, cfg)  # warm-up
@@ -111,18 +152,23 @@ def main() -> None:
             update_policy(model, opt, items, cfg)
             dt = time.perf_counter() - t0
             ctx = sum(len(it.tokens) for it in items)
-            run = (
-                args.groups * (args.prompt_tokens + args.group_size * args.reply_tokens)
-                if share
-                else ctx
-            )
+            prompts = args.groups * args.prompt_tokens
+            if not share:
+                run = ctx
+            elif padded:  # every reply as long as its group's longest
+                run = prompts + args.groups * args.group_size * max(
+                    len(it.tokens) - args.prompt_tokens for it in items
+                )
+            else:
+                run = prompts + ctx - args.groups * args.group_size * args.prompt_tokens
             peak = peaks[dtype] * 1e12
             scored = sum(len(it.targets) for it in items)
             per_weight = (
                 6 if full else 4
             )  # forward 2, activation grads 2, weight grads 2 (trained weights only)
             work = per_weight * ((n_params - n_head) * run + n_head * scored)
-            label = f"{'full' if full else 'LoRA r16'} {dtype}{'' if share else ' no-share'}"
+            mode = " no-share" if not share else " padded" if padded else ""
+            label = f"{'full' if full else 'LoRA r16'} {dtype}{mode}"
             print(
                 f"{label:<23} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {work / dt / peak:>6.1%} {peak_rss_mb():>9.0f}"
             )

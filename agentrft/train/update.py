@@ -11,6 +11,7 @@ in bounded memory with exactly the full-batch gradient.
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ def shared_prefix(items: Sequence[Scored]) -> int:
 
 def micro_batches(items: Sequence[Scored], max_tokens: int) -> list[list[int]]:
     """Indices of rollouts to score together: a group's rollouts stay together (their shared
-    prompt is computed once), split so that prefix + rows x longest suffix <= max_tokens."""
+    prompt is computed once), split so that the tokens computed, the prefix once plus each
+    row's own suffix (token_logprobs pads none), stay <= max_tokens."""
     groups: dict[int, list[int]] = {}
     for i, it in enumerate(items):
         groups.setdefault(it.group, []).append(i)
@@ -77,12 +79,14 @@ def micro_batches(items: Sequence[Scored], max_tokens: int) -> list[list[int]]:
     for members in groups.values():
         prefix = shared_prefix([items[i] for i in members])
         current: list[int] = []
+        size = 0
         for i in sorted(members, key=lambda i: -len(items[i].tokens)):
-            longest = len(items[current[0]].tokens) if current else len(items[i].tokens)
-            if current and prefix + (len(current) + 1) * (longest - prefix) > max_tokens:
+            own = len(items[i].tokens) - prefix
+            if current and prefix + size + own > max_tokens:
                 batches.append(current)
-                current = []
+                current, size = [], 0
             current.append(i)
+            size += own
         batches.append(current)
     return batches
 
@@ -99,48 +103,71 @@ def token_logprobs(
     """Log-probs (and optionally entropies) of every target token of `items`, flattened in
     order; logits only at the positions that predict a target.
 
-    When the items share a prompt (a group), it is run once and its KV cache shared by every
-    row (gradients flow back through it from all of them, exactly as if each row had its own
-    copy); then only the rows' own suffixes are computed, right-padded."""
+    When the items share a prompt (a group), it is run once and its keys and values are
+    given to every row (gradients flow back through them from all of them, exactly as if
+    each row had its own copy); then each row's own suffix is run on its own, so no row is
+    padded to the longest (in a group, a rollout that stopped at its first call sits beside
+    one that made five)."""
     decoder, head = _parts(model)
     device = next(model.parameters()).device
     prefix = shared_prefix(items)
-    width = max(len(it.tokens) for it in items) - prefix
+    tgt = torch.tensor([it.tokens[t] for it in items for t in it.targets], device=device)
+    with bf16_autocast(bf16, device):
+        if prefix:
+            hidden = _suffix_hidden(decoder, items, prefix, device)
+        else:
+            hidden = _padded_hidden(decoder, items, device)
+        logits = head(hidden)
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, tgt[:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return logp, entropy
+
+
+def _padded_hidden(decoder: Any, items: Sequence[Scored], device: torch.device) -> torch.Tensor:
+    """The hidden states that predict the targets, rows right-padded into one batch."""
+    width = max(len(it.tokens) for it in items)
     ids = torch.zeros((len(items), width), dtype=torch.long)
-    mask = torch.zeros((len(items), prefix + width), dtype=torch.long)
-    mask[:, :prefix] = 1
-    rows, cols, tgt = [], [], []
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    rows, cols = [], []
     for b, it in enumerate(items):
-        ids[b, : len(it.tokens) - prefix] = torch.tensor(it.tokens[prefix:])
+        ids[b, : len(it.tokens)] = torch.tensor(it.tokens)
         mask[b, : len(it.tokens)] = 1
         rows += [b] * len(it.targets)
         cols += [t - 1 for t in it.targets]  # position t-1 predicts token t
-        tgt += [it.tokens[t] for t in it.targets]
-    ids, mask = ids.to(device), mask.to(device)
-    with bf16_autocast(bf16, device):
-        if prefix:
-            from transformers import DynamicCache
+    hidden = decoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+    return hidden[torch.tensor(rows), torch.tensor(cols)]
 
-            cache = DynamicCache()
-            head_ids = torch.tensor([items[0].tokens[:prefix]], device=device)
-            shared = decoder(input_ids=head_ids, cache=cache, use_cache=True).last_hidden_state
-            cache.reorder_cache(torch.zeros(len(items), dtype=torch.long, device=device))  # type: ignore[arg-type]  # one view per row
-            positions = torch.arange(prefix, prefix + width, device=device).expand(len(items), -1)
+
+def _suffix_hidden(
+    decoder: Any, items: Sequence[Scored], prefix: int, device: torch.device
+) -> torch.Tensor:
+    """The hidden states that predict the targets: the shared `prefix` once, then each row's
+    suffix on its own, reading the prefix's keys and values."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    head_ids = torch.tensor([items[0].tokens[:prefix]], device=device)
+    shared = decoder(input_ids=head_ids, cache=cache, use_cache=True).last_hidden_state[0]
+    one = torch.zeros(1, dtype=torch.long, device=device)
+    picked = []
+    for it in items:
+        own = shared[:0]
+        if len(it.tokens) > prefix:
+            # the prefix's cache for this row: its layers copied (whatever their kind), each
+            # reading the prefix's keys and values through a differentiable copy
+            row_cache = copy.copy(cache)
+            row_cache.layers = [copy.copy(layer) for layer in cache.layers]
+            row_cache.reorder_cache(one)  # type: ignore[arg-type]
             own = decoder(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                cache=cache,
+                input_ids=torch.tensor([it.tokens[prefix:]], device=device),
+                position_ids=torch.arange(prefix, len(it.tokens), device=device)[None],
+                cache=row_cache,
                 use_cache=True,
-            ).last_hidden_state
-            hidden = torch.cat([shared.expand(len(items), -1, -1), own], dim=1)
-        else:
-            hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
-        logits = head(hidden[torch.tensor(rows), torch.tensor(cols)])
-    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-    logp = logp_all.gather(-1, torch.tensor(tgt, device=device)[:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-    return logp, entropy
+            ).last_hidden_state[0]
+        cols = torch.tensor([t - 1 for t in it.targets], device=device)  # t-1 predicts t
+        picked.append(torch.cat([shared, own])[cols])
+    return torch.cat(picked)
 
 
 @contextlib.contextmanager

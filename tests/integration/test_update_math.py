@@ -96,5 +96,9 @@ def test_micro_batches_keep_groups_together_and_respect_the_budget(model):
     assert sorted(len(x) for x in batches) == [4, 4]
     assert all(len({items[i].group for i in x}) == 1 for x in batches)
     p = shared_prefix(a)
-    tight = micro_batches(items, max_tokens=p + 2 * (max(len(it.tokens) for it in a) - p))
+    own = sorted((len(it.tokens) - p for it in a), reverse=True)  # each row's suffix, unpadded
+    tight = micro_batches(items, max_tokens=p + own[0] + own[1])
     assert all(len(x) <= 2 for x in tight) and sum(len(x) for x in tight) == 8
+    assert [len(x) for x in tight[:2]] == [2, 2]  # the two longest fit, a third does not
+    # the budget counts each row's own length, not the longest one's: short rows pack more
+    assert len(micro_batches(a, max_tokens=p + sum(own))) == 1

@@ -488,12 +488,13 @@ def apply_patch(root: Path, patch: str) -> None:
         raise RuntimeError(f"the row's patch does not apply: {proc.stderr.strip()[:300]}")
 
 
-def repair_request(row: dict[str, Any], buggy: Path) -> tuple[str, int | None]:
+def repair_request(row: dict[str, Any], buggy: Path) -> tuple[str, int | None, dict[str, Any]]:
     """The repair variant's request: the failing test, then what the repair tools say about
     the tree `buggy` (the suspicious lines and the numbered candidates; see repair.py). And
     the number of the candidate that undoes the row's bug (None when the list lacks it):
     where the answer lands in the list, for the row's `fix_candidate` (other candidates may
-    pass the tests too)."""
+    pass the tests too). And the localization, for the row's `localization`: the
+    environment's first apply reuses it rather than run the tests with coverage again."""
     from agentrft.tasks.code_fix import repair  # repair builds on this module's test runs
 
     suspects = repair.localize(buggy, row["tests"], row["test_command"])
@@ -514,7 +515,7 @@ def repair_request(row: dict[str, Any], buggy: Path) -> tuple[str, int | None]:
         f"{repair.render(suspects, candidates)}\n\n"
         "Apply the candidate that fixes the bug, then reply with one short sentence."
     )
-    return text, fix
+    return text, fix, repair.stored(buggy, suspects)
 
 
 def hinted(row: dict[str, Any], hint: str) -> dict[str, Any]:
@@ -528,12 +529,13 @@ def hinted(row: dict[str, Any], hint: str) -> dict[str, Any]:
         tree = create_workspace(str(row["repo"]), str(row["commit"]), "code-fix-hint", "commit")
         try:
             apply_patch(tree, str(row["patch"]))
-            text, fix = repair_request(row, tree)
+            text, fix, localization = repair_request(row, tree)
         finally:
             shutil.rmtree(tree, ignore_errors=True)
         out = {k: v for k, v in row.items() if k != "prefill"}
         out["messages"] = [{"role": "user", "content": text}]
         out["fix_candidate"] = fix
+        out["localization"] = localization
         return out
     m, path = row["mutation"], row["files"][0]
     proc = subprocess.run(
@@ -710,7 +712,7 @@ def build_dataset(
                 if hint == "repair":
                     (root / path).write_text(m.source)
                     try:
-                        text, row["fix_candidate"] = repair_request(row, root)
+                        text, row["fix_candidate"], row["localization"] = repair_request(row, root)
                     finally:
                         (root / path).write_text(original)
                 else:

@@ -34,7 +34,6 @@ Run by agentrft for the job (job.yaml, `agentrft.environment`), or by hand:
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import re
 import shutil
@@ -240,7 +239,8 @@ def selectors(root: Path, selector: str | None, default: list[str]) -> list[str]
 
 def summary(run: Any, detail: bool = True) -> str:
     """What the model reads: the counts, then the failing tests and the first failure's
-    output (cut; without it when not `detail`)."""
+    output (cut). Not `detail` (apply's answer, where the next choice is another number):
+    the first failing test only, and how many more."""
     counts: dict[str, int] = {}
     for outcome in run.outcomes.values():
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -249,9 +249,10 @@ def summary(run: Any, detail: bool = True) -> str:
         head += " (stopped at the time limit)"
     if not run.broken:
         return head if run.outcomes else f"{head}\n{run.output[-OUTPUT_MAX_CHARS:]}"
-    failed = f"{head}\nFAILED {', '.join(run.broken[:5])}"
     if not detail:
-        return failed
+        more = len(run.broken) - 1
+        return f"{head}\nFAILED {run.broken[0]}" + (f" (and {more} more)" if more else "")
+    failed = f"{head}\nFAILED {', '.join(run.broken[:5])}"
     first = run.broken[0]
     return f"{failed}\n\n{first}:\n{run.details.get(first, '')[-OUTPUT_MAX_CHARS:]}"
 
@@ -269,7 +270,7 @@ def run_once(root: Path, parts: list[str], test_command: str) -> Any:
         with TEST_RUNS:
             return run_tests(root, parts, test_command)
 
-    return RUNS.get((tree_digest(root), tuple(parts), test_command), make, _sound)
+    return RUNS.get((repair.tree_digest(root), tuple(parts), test_command), make, _sound)
 
 
 def _sound(run: Any) -> bool:
@@ -306,25 +307,21 @@ def localized(ctx: TraceContext) -> tuple[list[repair.Suspect], list[repair.Cand
             return made
     tests, command = list(ctx.item.get("tests") or []), str(ctx.item.get("test_command"))
 
+    digest = repair.tree_digest(root)
+
     def make() -> tuple[list[repair.Suspect], list[repair.Candidate]]:
-        with TEST_RUNS:
-            suspects = repair.localize(root, tests, command)
+        # the data builder's localization of this very tree, kept in the row, else a run
+        suspects = repair.restored(ctx.item.get("localization"), digest)
+        if suspects is None:
+            with TEST_RUNS:
+                suspects = repair.localize(root, tests, command)
         return suspects, repair.candidate_list(root, suspects)
 
-    hit = _LOCALIZED.get((tree_digest(root), tuple(tests), command), make)
+    hit = _LOCALIZED.get((digest, tuple(tests), command), make)
     with ctx.lock:
         ctx.state.setdefault("localized", (hit[0], list(hit[1])))
         result: tuple[list[repair.Suspect], list[repair.Candidate]] = ctx.state["localized"]
         return result
-
-
-def tree_digest(root: Path) -> str:
-    """A digest of every file's path and bytes under `root`."""
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 LOCALIZE_DESCRIPTION = "Fault localization: run the tests with coverage and list the most suspicious lines (Ochiai score), then numbered fix candidates for them."
@@ -424,7 +421,7 @@ def apply(ctx: TraceContext, candidate: int) -> str:
         )
     # the same candidate on the same files (an undo puts the files back): the tests would
     # fail again
-    if chosen.number in tried and tried[chosen.number] == tree_digest(root):
+    if chosen.number in tried and tried[chosen.number] == repair.tree_digest(root):
         return (
             f"candidate {chosen.number} was tried already and the tests failed with it; "
             "nothing changed since, so the tests were not run again. Apply another candidate."
@@ -435,7 +432,7 @@ def apply(ctx: TraceContext, candidate: int) -> str:
             f"no tries left: the tests ran with {spent} candidates ({numbers}), the most a task "
             f"allows, and failed with each. Candidate {chosen.number} was not tried. {DONE}"
         )
-    before = tree_digest(root)
+    before = repair.tree_digest(root)
     full = rw.confine(root, chosen.path)
     lines = full.read_text().splitlines(keepends=True)
     if lines[chosen.line - 1].rstrip("\n") != chosen.before:

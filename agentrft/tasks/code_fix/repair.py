@@ -19,17 +19,25 @@
 
 Everything is computed from the tree and its tests alone: nothing here reads a row's answer
 (its `patch` or `mutation`), so it works the same on real bugs.
+
+A localization is a whole coverage run, so the data builder keeps the one it made for a
+row's request in the row (`stored`, with the digest of the tree it was made on); the
+environment uses it for a rollout's tree when the digests match (`restored`), and runs
+its own otherwise.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import hashlib
 import math
 import re
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pathspec
 
@@ -370,3 +378,28 @@ def render(suspects: Sequence[Suspect], candidates: Sequence[Candidate]) -> str:
     head.append("Fix candidates (apply one by its number):")
     head += [f"  {c.number}. {c.path}:{c.line}: {c.after.strip()}" for c in candidates]
     return "\n".join(head)
+
+
+def tree_digest(root: Path) -> str:
+    """A digest of every file's path and bytes under `root`."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def stored(root: Path, suspects: Sequence[Suspect]) -> dict[str, Any]:
+    """A localization made on the tree `root`, as a row keeps it (JSON)."""
+    return {"tree": tree_digest(root), "suspects": [dataclasses.asdict(s) for s in suspects]}
+
+
+def restored(kept: Any, digest: str) -> list[Suspect] | None:
+    """The suspects of a kept localization (`stored`) when it was made on the tree with this
+    digest; None when it was made on another tree, or is not one."""
+    if not isinstance(kept, dict) or kept.get("tree") != digest:
+        return None
+    try:
+        return [Suspect(**s) for s in kept["suspects"]]
+    except (KeyError, TypeError):
+        return None

@@ -436,3 +436,47 @@ def test_rollouts_on_the_same_files_share_one_test_run(dataset: dict[str, Any]) 
         assert grade_repair(first, calls=1).score == pytest.approx(1.0)
         assert grade_repair(second, calls=4).score < 0.0  # it reverted the fix
         assert env.RUNS.made == 2  # the graded tree of the fix has the fix's files: no new run
+
+
+def test_apply_names_the_first_failing_test_and_counts_the_rest() -> None:
+    """apply's answer is read to pick the next number, so it carries the counts and the first
+    failing test, not the list (every listed id was context the update paid for)."""
+    from agentrft.tasks.code_fix.dataset import TestRun
+
+    env = load_env()
+    outcomes = {"t.py::a": "failed", "t.py::b": "passed", "t.py::c": "error", "t.py::d": "failed"}
+    run = TestRun(1, outcomes, {"t.py::a": "assert 1 == 2"}, "", False, 0.1)
+    short = env.summary(run, detail=False)
+    assert short == "1 error, 2 failed, 1 passed\nFAILED t.py::a (and 2 more)"
+    one = TestRun(1, {"t.py::a": "failed"}, {}, "", False, 0.1)
+    assert env.summary(one, detail=False) == "1 failed\nFAILED t.py::a"
+    full = env.summary(run)  # run_tests: every failing test (up to 5) and the first one's output
+    assert "FAILED t.py::a, t.py::c, t.py::d" in full and full.endswith("assert 1 == 2")
+
+
+def test_the_environment_reuses_the_localization_its_row_keeps_for_the_same_tree(
+    dataset: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The builder's localization (a coverage run) rides in the repair row with the digest of
+    the tree it was made on; a rollout's tree with that digest reuses it, and gets the very
+    list its request shows. Made on another tree, it is not used: the tests run again."""
+    from agentrft.tasks.code_fix import repair
+    from agentrft.tasks.code_fix.dataset import hinted
+    from agentrft.tools.envkit import TraceContext
+
+    row = hinted(row_for(dataset, "total", "wrong_operator", "s = s - v"), "repair")
+    assert row["localization"]["suspects"] and len(row["localization"]["tree"]) == 64
+    real, runs = repair.localize, []
+    monkeypatch.setattr(repair, "localize", lambda *a: runs.append(1) or real(*a))
+    env = load_env()
+    ctx = TraceContext("trace_kept", dict(row))
+    kept = env.localize(ctx)
+    assert kept in row["messages"][0]["content"]  # the request's own list
+    assert runs == []  # no coverage run
+    other = dict(row, localization=dict(row["localization"], tree="0" * 64))
+    again = TraceContext("trace_other", other)
+    assert load_env().localize(again) == kept  # a fresh environment: no memo from the first
+    assert runs == [1]  # another tree's localization is not this tree's: the tests ran
+    assert repair.restored({"tree": "x", "suspects": [{"path": "a"}]}, "x") is None  # not one
+    for c in (ctx, again):
+        shutil.rmtree(c.state["root"], ignore_errors=True)
