@@ -1,6 +1,6 @@
 """Update throughput as model-FLOPs utilisation, against this machine's measured matmul peak.
 
-    .venv/bin/python bench/update.py [--groups 2] [--group-size 8] [--prompt-tokens 400] [--reply-tokens 64] [--reply-spread 0]
+    .venv/bin/python bench/update.py [--groups 2] [--group-size 8] [--prompt-tokens 400] [--reply-tokens 64] [--reply-spread 0] [--only "LoRA r16 bf16"]
 
 The batch looks like one GRPO step: `groups` prompts with `group-size` rollouts each, every
 rollout a shared prompt plus its own reply (the tokens that are scored). `--reply-spread S`
@@ -111,6 +111,7 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=400)
     ap.add_argument("--reply-tokens", type=int, default=64)
     ap.add_argument("--reply-spread", type=float, default=0.0)
+    ap.add_argument("--only", default="", help="run the set-ups whose label starts with this")
     args = ap.parse_args()
     peaks = {"fp32": matmul_peak_tflops(torch.float32), "bf16": matmul_peak_tflops(torch.bfloat16)}
     print(
@@ -132,6 +133,10 @@ def main() -> None:
         update_module.MIN_SHARED = shared_min if share else 10**9  # no prefix is ever long enough
         update_module._suffix_hidden = padded_suffix_hidden if padded else own_rows
         for dtype in ("fp32", "bf16"):
+            mode = " no-share" if not share else " padded" if padded else ""
+            label = f"{'full' if full else 'LoRA r16'} {dtype}{mode}"
+            if not label.startswith(args.only):
+                continue
             policy = HFPolicy.load("smollm2-135m-instruct", device="cpu", dtype="fp32")
             n_params = sum(p.numel() for p in policy.model.parameters())
             n_head = policy.model.get_output_embeddings().weight.numel()
@@ -167,8 +172,6 @@ def main() -> None:
                 6 if full else 4
             )  # forward 2, activation grads 2, weight grads 2 (trained weights only)
             work = per_weight * ((n_params - n_head) * run + n_head * scored)
-            mode = " no-share" if not share else " padded" if padded else ""
-            label = f"{'full' if full else 'LoRA r16'} {dtype}{mode}"
             print(
                 f"{label:<23} {dt:>7.2f} {ctx / dt:>10.0f} {6 * n_params * ctx / dt / peak:>8.1%} {run / dt:>10.0f} {6 * n_params * run / dt / peak:>8.1%} {work / dt / peak:>6.1%} {peak_rss_mb():>9.0f}"
             )
