@@ -71,7 +71,8 @@ def shared_prefix(items: Sequence[Scored]) -> int:
 def micro_batches(items: Sequence[Scored], max_tokens: int) -> list[list[int]]:
     """Indices of rollouts to score together: a group's rollouts stay together (their shared
     prompt is computed once), split so that the tokens computed, the prefix once plus each
-    row's own suffix (token_logprobs pads none), stay <= max_tokens."""
+    row's own suffix (token_logprobs pads none), stay <= max_tokens; rows without a shared
+    prompt run in one padded batch, so each counts as long as the longest."""
     groups: dict[int, list[int]] = {}
     for i, it in enumerate(items):
         groups.setdefault(it.group, []).append(i)
@@ -82,6 +83,8 @@ def micro_batches(items: Sequence[Scored], max_tokens: int) -> list[list[int]]:
         size = 0
         for i in sorted(members, key=lambda i: -len(items[i].tokens)):
             own = len(items[i].tokens) - prefix
+            if prefix == 0 and current:  # no shared prompt: padded to the longest, the first
+                own = len(items[current[0]].tokens)
             if current and prefix + size + own > max_tokens:
                 batches.append(current)
                 current, size = [], 0
