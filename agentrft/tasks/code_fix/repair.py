@@ -365,34 +365,19 @@ def candidate_list(
 
 
 def render(suspects: Sequence[Suspect], candidates: Sequence[Candidate]) -> str:
-    """What the model reads: the suspicious lines, then the numbered candidates. A file's
-    path is written once above its lines (`_by_file`), not on every line: most lists are
-    in one or two files, and a path is a dozen tokens of a prompt the trainer runs again
-    at every step."""
+    """What the model reads: the suspicious lines, then the numbered candidates."""
     if not suspects:
         return "No test fails, so there is nothing to localize."
     head = ["Suspicious lines (Ochiai score over the tests' coverage), most suspicious first:"]
-    head += _by_file(
-        (s.path, f"line {s.line}  {s.score:.2f}  {s.text}{_TRACE_NOTE.get(s.trace, '')}")
+    head += [
+        f"  {s.path}:{s.line}  {s.score:.2f}  {s.text}{_TRACE_NOTE.get(s.trace, '')}"
         for s in suspects[:MAX_SUSPECTS]
-    )
+    ]
     if not candidates:
         return "\n".join([*head, "No fix candidates for these lines."])
     head.append("Fix candidates (apply one by its number):")
-    head += _by_file((c.path, f"{c.number}. line {c.line}: {c.after.strip()}") for c in candidates)
+    head += [f"  {c.number}. {c.path}:{c.line}: {c.after.strip()}" for c in candidates]
     return "\n".join(head)
-
-
-def _by_file(entries: Iterable[tuple[str, str]]) -> list[str]:
-    """(path, text) entries in their order, each run of one path under a `path:` line."""
-    out: list[str] = []
-    last = None
-    for path, text in entries:
-        if path != last:
-            out.append(f"  {path}:")
-            last = path
-        out.append(f"    {text}")
-    return out
 
 
 def tree_digest(root: Path) -> str:

@@ -15,7 +15,7 @@ from .conftest import RECIPE, load_env
 
 REPAIR_TOOLS = {"localize", "candidates", "apply", "revert"}
 # the repair job's request already localizes: its calls pick, check and undo candidates
-REPAIR_JOB_TOOLS = {"apply", "run_tests"}
+REPAIR_JOB_TOOLS = {"localize", "apply", "run_tests"}
 
 
 @pytest.mark.parametrize("job_file", ["job.yaml", "job_easy.yaml", "job_repair.yaml"])
@@ -23,8 +23,8 @@ def test_the_jobs_tools_are_the_environments(job_file: str) -> None:
     job = load_job(RECIPE / job_file)
     served = {s["name"]: s for s in load_env().env.tool_specs()}
     names = {t.name for t in job.rl.tools}
-    # the repair variant tries the listed candidates and runs the tests (localize, which would
-    # show the list again, is left out); the others have all but the repair tools
+    # the repair variant tries the listed candidates and runs the tests (localize shows the
+    # list again); the others have all but the repair tools
     assert names == (
         REPAIR_JOB_TOOLS if job_file == "job_repair.yaml" else set(served) - REPAIR_TOOLS
     )

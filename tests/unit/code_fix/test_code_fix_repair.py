@@ -76,7 +76,7 @@ def test_localization_ranks_the_bug_line_first(dataset: dict[str, Any], tmp_path
     listed = candidate_list(tree, suspects)
     assert listed[0].after.strip() == "if x < low:" and listed[0].number == 1
     assert [c.number for c in listed] == list(range(1, len(listed) + 1))
-    assert "  calc/core.py:\n    1. line 5: if x < low:" in render(suspects, listed)
+    assert "1. calc/core.py:5: if x < low:" in render(suspects, listed)
     clean = buggy_tree(row, tmp_path / "clean")
     subprocess.run(
         ["git", "apply", "-R", "-"], cwd=clean, input=row["patch"], text=True, check=True
@@ -96,7 +96,7 @@ def test_a_repair_row_says_where_its_fix_is_listed(dataset: dict[str, Any]) -> N
     ]:
         out = hinted(row_for(dataset, function, kind, after), "repair")
         shown = re.search(
-            rf"^    (\d)\. line \d+: {re.escape(fix)}$", out["messages"][0]["content"], re.M
+            rf"^  (\d)\. calc/core\.py:\d+: {re.escape(fix)}$", out["messages"][0]["content"], re.M
         )
         assert shown is not None and out["fix_candidate"] == int(shown[1]), out["fix_candidate"]
 
@@ -359,9 +359,8 @@ def test_the_traceback_breaks_ties_raised_line_then_its_condition(tmp_path: Path
     assert "if not 0 <= c <= n:" in [c.after.strip() for c in listed[:3]]
     assert listed[0].line == 4
     shown = render(suspects, listed)
-    assert 'line 5  1.00  raise ValueError("c out of range")  <- the error was raised here' in shown
-    assert "line 4  1.00  if 0 <= c <= n:  <- the condition around it" in shown
-    assert shown.count("  m.py:") == 2  # the path once above each list, not on every line
+    assert 'm.py:5  1.00  raise ValueError("c out of range")  <- the error was raised here' in shown
+    assert "m.py:4  1.00  if 0 <= c <= n:  <- the condition around it" in shown
 
 
 def test_traced_lines_read_every_traceback_style_and_only_the_trees_own_code(
@@ -481,27 +480,3 @@ def test_the_environment_reuses_the_localization_its_row_keeps_for_the_same_tree
     assert repair.restored({"tree": "x", "suspects": [{"path": "a"}]}, "x") is None  # not one
     for c in (ctx, again):
         shutil.rmtree(c.state["root"], ignore_errors=True)
-
-
-def test_render_names_each_file_once_above_its_run_of_lines() -> None:
-    """A list in two files: the path is written where the file changes, and every number,
-    line and text is still there, in rank order."""
-    from agentrft.tasks.code_fix.repair import Candidate, Suspect, render
-
-    suspects = [Suspect("a/x.py", 3, 1.0, "if n > 0:"), Suspect("b/y.py", 7, 0.5, "return n")]
-    listed = [
-        Candidate(1, "a/x.py", 3, "flip_comparison", "if n > 0:", "if n <= 0:"),
-        Candidate(2, "b/y.py", 7, "off_by_one", "return n", "return n + 1"),
-        Candidate(3, "a/x.py", 3, "off_by_one", "if n > 0:", "if n > 1:"),
-    ]
-    shown = render(suspects, listed).splitlines()
-    assert shown[1:4] == ["  a/x.py:", "    line 3  1.00  if n > 0:", "  b/y.py:"]
-    cands = shown[shown.index("Fix candidates (apply one by its number):") + 1 :]
-    assert cands == [
-        "  a/x.py:",
-        "    1. line 3: if n <= 0:",
-        "  b/y.py:",
-        "    2. line 7: return n + 1",
-        "  a/x.py:",
-        "    3. line 3: if n > 1:",
-    ]
